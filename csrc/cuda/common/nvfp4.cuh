@@ -1,0 +1,129 @@
+// NVFP4 device codecs. No torch includes.
+//
+// Hopper (sm_90a) has no FP4 instructions: E2M1 is decoded with byte permutes (two PRMTs look up the
+// fp16 high byte of 4 magnitudes at once) and encoded with fp32 magic-number rounding. Blackwell
+// (sm_100a+) uses cvt.rn.f16x2.e2m1x2 and cvt.rn.satfinite.e2m1x2.f32 (compiled, not run by us).
+// Every path here is bit-identical to msa/nvfp4_codec.h and to msa_ops/formats.py.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "msa/nvfp4_codec.h"
+
+#if defined(__CUDA_ARCH__) && (defined(__CUDA_ARCH_FEAT_SM100_ALL) || defined(__CUDA_ARCH_FEAT_SM101_ALL) || \
+                               defined(__CUDA_ARCH_FEAT_SM103_ALL) || defined(__CUDA_ARCH_FEAT_SM110_ALL) || \
+                               defined(__CUDA_ARCH_FEAT_SM120_ALL) || defined(__CUDA_ARCH_FEAT_SM121_ALL) || \
+                               defined(__CUDA_ARCH_SPECIFIC__) && __CUDA_ARCH_SPECIFIC__ >= 1000 ||          \
+                               defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && __CUDA_ARCH_FAMILY_SPECIFIC__ >= 1000)
+#define MSA_HW_FP4 1
+#else
+#define MSA_HW_FP4 0
+#endif
+
+namespace msa::nvfp4 {
+
+// ---- decode -----------------------------------------------------------------------------------------
+
+// 8 E2M1 codes (one 32-bit word, element 0 in the low nibble) -> 4 half2 (element 2i in the low half).
+__device__ __forceinline__ void e2m1x8_to_half2x4(uint32_t w, uint32_t (&h)[4]) {
+#if MSA_HW_FP4
+  asm("{\n"
+      ".reg .b8 b0, b1, b2, b3;\n"
+      "mov.b32 {b0, b1, b2, b3}, %4;\n"
+      "cvt.rn.f16x2.e2m1x2 %0, b0;\n"
+      "cvt.rn.f16x2.e2m1x2 %1, b1;\n"
+      "cvt.rn.f16x2.e2m1x2 %2, b2;\n"
+      "cvt.rn.f16x2.e2m1x2 %3, b3;\n"
+      "}"
+      : "=r"(h[0]), "=r"(h[1]), "=r"(h[2]), "=r"(h[3])
+      : "r"(w));
+#else
+  // fp16 bit patterns of 0, 0.5, 1, 1.5 | 2, 3, 4, 6 have a zero low byte; their high bytes form the table.
+  constexpr uint32_t kLutLo = 0x3E3C3800u, kLutHi = 0x46444240u;
+  const uint32_t hi_bytes_0123 = __byte_perm(kLutLo, kLutHi, w & 0x7777u);
+  const uint32_t hi_bytes_4567 = __byte_perm(kLutLo, kLutHi, (w >> 16) & 0x7777u);
+  // Spread the looked-up bytes into the high byte of each fp16 lane (selector 4 = zero byte).
+  h[0] = __byte_perm(hi_bytes_0123, 0u, 0x1404u);
+  h[1] = __byte_perm(hi_bytes_0123, 0u, 0x3424u);
+  h[2] = __byte_perm(hi_bytes_4567, 0u, 0x1404u);
+  h[3] = __byte_perm(hi_bytes_4567, 0u, 0x3424u);
+  // Sign of element k is bit 4k+3 of w; it goes to bit 15 (even k) or 31 (odd k) of its half2.
+  h[0] |= ((w << 12) & 0x8000u) | ((w << 24) & 0x80000000u);
+  h[1] |= ((w << 4) & 0x8000u) | ((w << 16) & 0x80000000u);
+  h[2] |= ((w >> 4) & 0x8000u) | ((w << 8) & 0x80000000u);
+  h[3] |= ((w >> 12) & 0x8000u) | (w & 0x80000000u);
+#endif
+}
+
+__device__ __forceinline__ __half2 e4m3_to_half2(uint8_t s) {
+  const __half h = __half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(s), __NV_E4M3));
+  return __half2(h, h);
+}
+
+__device__ __forceinline__ float e4m3_to_float_dev(uint8_t s) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(s), __NV_E4M3)));
+}
+
+// Two fp16 (exact e2m1 * scale products) -> two E4M3 bytes, round to nearest even, saturating.
+__device__ __forceinline__ uint32_t half2_to_e4m3x2(uint32_t h) {
+  __half2_raw raw;
+  raw.x = static_cast<unsigned short>(h & 0xFFFFu);
+  raw.y = static_cast<unsigned short>(h >> 16);
+  return static_cast<uint32_t>(__nv_cvt_halfraw2_to_fp8x2(raw, __NV_SATFINITE, __NV_E4M3));
+}
+
+__device__ __forceinline__ uint8_t float_to_e4m3(float v) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+
+// ---- encode -----------------------------------------------------------------------------------------
+
+// max that propagates NaN (fmaxf drops it), so a NaN anywhere in a group is seen in its amax.
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+// RN(t / s) without a division per element: r = RN(1/s) once per group, then one Markstein correction
+// step, which is exactly the correctly rounded quotient whenever it does not underflow (and an
+// underflowing quotient is far below the first E2M1 rounding threshold, 0.25).
+__device__ __forceinline__ float div_by_scale(float t, float s, float r) {
+  const float q0 = __fmul_rn(t, r);
+  const float residual = __fmaf_rn(-q0, s, t);
+  return __fmaf_rn(residual, r, q0);
+}
+
+// Quotient -> E2M1 code (software): magic-number rounding as in e2m1_code_rne_satfinite, then the code
+// read straight off the fp32 bits of r * 2^-126 (exponent and one mantissa bit; 0.5 lands on the subnormal).
+__device__ __forceinline__ uint32_t e2m1_code_fast(float q, float sign_source) {
+  const uint32_t sign = (__float_as_uint(sign_source) >> 28) & 8u;
+  const float a = fminf(fabsf(q), kE2M1Max);
+  const float magic = a < 2.0f ? 0x1p22f : (a < 4.0f ? 0x1p23f : 0x1p24f);
+  const float r = __fsub_rn(__fadd_rn(a, magic), magic);
+  return sign | (__float_as_uint(__fmul_rn(r, 0x1p-126f)) >> 22);
+}
+
+// Two quotients -> one byte of two E2M1 codes (first in the low nibble); signs from t0 / t1.
+__device__ __forceinline__ uint32_t e2m1x2_from_quotients(float q0, float q1, float t0, float t1) {
+#if MSA_HW_FP4
+  const float a0 = copysignf(fminf(fabsf(q0), kE2M1Max), t0);
+  const float a1 = copysignf(fminf(fabsf(q1), kE2M1Max), t1);
+  uint32_t out;
+  asm("{\n"
+      ".reg .b8 byte0;\n"
+      "cvt.rn.satfinite.e2m1x2.f32 byte0, %1, %2;\n"
+      "cvt.u32.u8 %0, byte0;\n"
+      "}"
+      : "=r"(out)
+      : "f"(a1), "f"(a0));
+  return out;
+#else
+  return e2m1_code_fast(q0, t0) | (e2m1_code_fast(q1, t1) << 4);
+#endif
+}
+
+}  // namespace msa::nvfp4

@@ -1,0 +1,40 @@
+"""msa_ops: kernels for MiniMax Sparse Attention (MSA) and the MiniMax-M3 layer.
+
+Importing the package loads the compiled library ``msa_ops._C``, which registers the ``torch.ops.msa.*``
+custom ops (CPU kernels always; CUDA kernels when built with CUDA). The typed Python API is in
+:mod:`msa_ops.ops` and re-exported here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+__version__ = "0.1.0"
+
+
+def _load_library() -> None:
+    here = Path(__file__).resolve().parent
+    candidates = sorted(here.glob("_C*.so"))
+    if not candidates:
+        raise ImportError(
+            "msa_ops: the compiled library msa_ops/_C*.so was not found. Build it from the repository root "
+            "with `pip install --no-build-isolation -e .` (see README.md)."
+        )
+    try:
+        torch.ops.load_library(str(candidates[0]))
+    except OSError as err:  # e.g. built against another torch: undefined symbols
+        raise ImportError(
+            f"msa_ops: could not load {candidates[0].name} ({err}). It was probably built against another "
+            f"torch than the installed {torch.__version__}; rebuild with "
+            "`pip install --no-build-isolation -e .`."
+        ) from err
+
+
+_load_library()
+
+from . import _fake  # noqa: E402,F401  (registers fake kernels for torch.compile)
+from .ops import cuda_archs, nvfp4_dequantize, nvfp4_quantize  # noqa: E402
+
+__all__ = ["cuda_archs", "nvfp4_dequantize", "nvfp4_quantize", "__version__"]
