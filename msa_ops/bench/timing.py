@@ -72,12 +72,15 @@ def _memory_clock_from_cuda_python(index: int) -> tuple[int, int] | None:
     except ImportError:
         return None
     values = []
-    for attr in (runtime.cudaDeviceAttr.cudaDevAttrMemoryClockRate,
-                 runtime.cudaDeviceAttr.cudaDevAttrGlobalMemoryBusWidth):
-        err, value = runtime.cudaDeviceGetAttribute(attr, index)
-        if err != runtime.cudaError_t.cudaSuccess or not value:
-            return None
-        values.append(int(value))
+    try:
+        for attr in (runtime.cudaDeviceAttr.cudaDevAttrMemoryClockRate,
+                     runtime.cudaDeviceAttr.cudaDevAttrGlobalMemoryBusWidth):
+            err, value = runtime.cudaDeviceGetAttribute(attr, index)
+            if err != runtime.cudaError_t.cudaSuccess or not value:
+                return None
+            values.append(int(value))
+    except Exception:  # an older or newer binding without these names: fall back to torch
+        return None
     return values[0], values[1]
 
 
