@@ -159,6 +159,9 @@ def plot(path: Path, rows: list[dict[str, Any]], copy_bps: float, peak_bps: floa
     if peak_bps:
         ax.axhline(peak_bps / 1e9, color="red", linestyle="--", label=f"datasheet peak ({peak_bps / 1e9:.0f} GB/s)")
     ax.set_xscale("log", base=2)
+    sizes = sorted({r["size_bytes"] for r in rows})
+    ax.set_xticks([b / MiB for b in sizes], [fmt_size(b) for b in sizes], rotation=30)
+    ax.minorticks_off()
     ax.set_xlabel("size (MiB of the equivalent bf16 tensor)")
     ax.set_ylabel("effective GB/s (bytes read + written once)")
     ax.set_title(title)
