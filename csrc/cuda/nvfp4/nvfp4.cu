@@ -1,24 +1,20 @@
-// Host launchers for the NVFP4 kernels: checks, row views, kernel choice, launch on the current stream.
-#include <ATen/ATen.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#include <torch/library.h>
+// Kernel choice and launch for NVFP4 quantize / dequantize. No torch: checks, allocation and error
+// messages live in nvfp4_host.cpp. The same source is compiled per target in MSA_CUDA_ARCHS; the
+// #if MSA_HW_FP4 paths in common/nvfp4.cuh pick software (sm_90a) or hardware (sm_100a+) FP4 conversion.
+#include <algorithm>
+#include <cmath>
 
-#include "common/nvfp4_host.h"
-#include "cuda/common/arch_check.h"
 #include "cuda/nvfp4/nvfp4_kernels.cuh"
-#include "ops.h"
+#include "cuda/nvfp4/nvfp4_launch.h"
 
-namespace msa {
+namespace msa::nvfp4 {
 namespace {
 
-using namespace msa::nvfp4;
+using msa::cuda::LaunchStatus;
 
-int grid_for(int64_t num_groups) {
-  const int sms = msa::cuda::current_sm_count();
+int grid_for(int64_t num_groups, int sm_count) {
   const int64_t needed = (num_groups + Nvfp4Config::kThreads - 1) / Nvfp4Config::kThreads;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * Nvfp4Config::kBlocksPerSm)));
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sm_count) * Nvfp4Config::kBlocksPerSm)));
 }
 
 bool aligned(const void* p, int64_t row_stride_bytes, int64_t alignment) {
@@ -30,105 +26,80 @@ bool is_power_of_two(float v) {
   return std::frexp(v, &exponent) == 0.5f;
 }
 
-template <typename Kernel, typename... Args>
-void launch(Kernel kernel, const char* op, int64_t num_groups, Args... args) {
-  msa::cuda::require_kernel_image(reinterpret_cast<const void*>(kernel), op);
-  kernel<<<grid_for(num_groups), Nvfp4Config::kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(args...);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+template <typename... KernelArgs, typename... Args>
+LaunchStatus launch(void (*kernel)(KernelArgs...), int64_t num_groups, int sm_count, cudaStream_t stream,
+                    Args... args) {
+  const LaunchStatus image = msa::cuda::kernel_image_status(reinterpret_cast<const void*>(kernel));
+  if (!image.is_ok()) return image;
+  kernel<<<grid_for(num_groups, sm_count), Nvfp4Config::kThreads, 0, stream>>>(args...);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+  return LaunchStatus::ok();
 }
 
-template <typename T, typename TorchT>
-void quantize_launch(const RowView& in, int64_t width, float global_scale, at::Tensor& packed, at::Tensor& scales) {
-  const T* x = reinterpret_cast<const T*>(in.tensor.data_ptr<TorchT>());
-  const GroupIndex index{width / kGroup, in.row_stride, kGroup};
-  const int64_t num_groups = in.rows * index.groups_per_row;
-  const bool vectorized = aligned(x, in.row_stride * int64_t(sizeof(T)), 16);
-  auto* packed_ptr = reinterpret_cast<uint2*>(packed.data_ptr());
-  auto* scales_ptr = reinterpret_cast<uint8_t*>(scales.data_ptr());
-  const char* op = "msa::nvfp4_quantize";
-  const bool apply_g = global_scale != 1.0f;
-  if (vectorized && !apply_g) {
-    launch(nvfp4_quantize_kernel<T, true, false>, op, num_groups, x, index, num_groups, global_scale, packed_ptr, scales_ptr);
-  } else if (vectorized) {
-    launch(nvfp4_quantize_kernel<T, true, true>, op, num_groups, x, index, num_groups, global_scale, packed_ptr, scales_ptr);
-  } else {
-    launch(nvfp4_quantize_kernel<T, false, true>, op, num_groups, x, index, num_groups, global_scale, packed_ptr, scales_ptr);
+template <typename T>
+LaunchStatus quantize_typed(const QuantizeArgs& a, int sm_count, cudaStream_t stream) {
+  const T* x = static_cast<const T*>(a.x);
+  const GroupIndex index{a.width / kGroup, a.x_row_stride, kGroup};
+  const int64_t num_groups = a.rows * index.groups_per_row;
+  const bool vectorized = aligned(x, a.x_row_stride * int64_t(sizeof(T)), 16);
+  auto* packed = reinterpret_cast<uint2*>(a.packed);
+  const float g = a.global_scale;
+  if (vectorized && g == 1.0f) {
+    return launch(nvfp4_quantize_kernel<T, true, false>, num_groups, sm_count, stream, x, index, num_groups, g,
+                  packed, a.scales);
   }
+  if (vectorized) {
+    return launch(nvfp4_quantize_kernel<T, true, true>, num_groups, sm_count, stream, x, index, num_groups, g,
+                  packed, a.scales);
+  }
+  return launch(nvfp4_quantize_kernel<T, false, true>, num_groups, sm_count, stream, x, index, num_groups, g,
+                packed, a.scales);
+}
+
+template <DequantOut kOut, GlobalScaleMode kMode>
+LaunchStatus dequantize_mode(const DequantizeArgs& a, int sm_count, cudaStream_t stream) {
+  const GroupIndex packed_index{a.width / kGroup, a.packed_row_stride, kGroup / 2};
+  const GroupIndex scale_index{a.width / kGroup, a.scale_row_stride, 1};
+  const int64_t num_groups = a.rows * packed_index.groups_per_row;
+  const float inverse = 1.0f / a.global_scale;  // used only when exact (power-of-two G)
+  if (aligned(a.packed, a.packed_row_stride, 8)) {
+    return launch(nvfp4_dequantize_kernel<kOut, kMode, true>, num_groups, sm_count, stream, a.packed, packed_index,
+                  a.scales, scale_index, num_groups, a.global_scale, inverse, a.out);
+  }
+  return launch(nvfp4_dequantize_kernel<kOut, kMode, false>, num_groups, sm_count, stream, a.packed, packed_index,
+                a.scales, scale_index, num_groups, a.global_scale, inverse, a.out);
 }
 
 template <DequantOut kOut>
-void dequantize_launch(const RowView& p, const RowView& s, int64_t width, float global_scale, at::Tensor& out) {
-  const auto* packed = p.tensor.data_ptr<uint8_t>();
-  const auto* scales = reinterpret_cast<const uint8_t*>(s.tensor.data_ptr());
-  const GroupIndex packed_index{width / kGroup, p.row_stride, kGroup / 2};
-  const GroupIndex scale_index{width / kGroup, s.row_stride, 1};
-  const int64_t num_groups = p.rows * packed_index.groups_per_row;
-  const bool vectorized = aligned(packed, p.row_stride, 8);
-  void* out_ptr = out.data_ptr();
-  const char* op = "msa::nvfp4_dequantize";
-  const float inverse = 1.0f / global_scale;
-  constexpr auto kNone = GlobalScaleMode::kNone;
-  constexpr auto kInverse = GlobalScaleMode::kExactInverse;
-  constexpr auto kDivide = GlobalScaleMode::kDivide;
-  const auto mode = (kOut == DequantOut::kE4M3 || global_scale == 1.0f) ? kNone
-                    : is_power_of_two(global_scale)                      ? kInverse
-                                                                         : kDivide;
-#define MSA_DEQUANT_LAUNCH(MODE, VEC)                                                                          \
-  launch(nvfp4_dequantize_kernel<kOut, MODE, VEC>, op, num_groups, packed, packed_index, scales, scale_index, \
-         num_groups, global_scale, inverse, out_ptr)
-  if (mode == kNone) {
-    if (vectorized) MSA_DEQUANT_LAUNCH(kNone, true); else MSA_DEQUANT_LAUNCH(kNone, false);
-  } else if (mode == kInverse) {
-    if (vectorized) MSA_DEQUANT_LAUNCH(kInverse, true); else MSA_DEQUANT_LAUNCH(kInverse, false);
-  } else {
-    if (vectorized) MSA_DEQUANT_LAUNCH(kDivide, true); else MSA_DEQUANT_LAUNCH(kDivide, false);
+LaunchStatus dequantize_typed(const DequantizeArgs& a, int sm_count, cudaStream_t stream) {
+  if (kOut == DequantOut::kE4M3 || a.global_scale == 1.0f) {
+    return dequantize_mode<kOut, GlobalScaleMode::kNone>(a, sm_count, stream);
   }
-#undef MSA_DEQUANT_LAUNCH
+  if (is_power_of_two(a.global_scale)) {
+    return dequantize_mode<kOut, GlobalScaleMode::kExactInverse>(a, sm_count, stream);
+  }
+  return dequantize_mode<kOut, GlobalScaleMode::kDivide>(a, sm_count, stream);
 }
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor> nvfp4_quantize_cuda(const at::Tensor& x, double global_scale) {
-  check_quantize_args(x, global_scale);
-  TORCH_CHECK(x.is_cuda(), "msa::nvfp4_quantize: x must be a CUDA tensor here, got ", x.device());
-  const c10::cuda::CUDAGuard guard(x.device());
-  const int64_t width = x.size(-1);
-  auto packed = at::empty(with_last_dim(x.sizes(), width / 2), x.options().dtype(at::kByte));
-  auto scales = at::empty(with_last_dim(x.sizes(), width / kGroup), x.options().dtype(at::kFloat8_e4m3fn));
-  if (x.numel() == 0) return {packed, scales};
-  const RowView in = as_rows(x, width);
-  const float g = static_cast<float>(global_scale);
-  switch (x.scalar_type()) {
-    case at::kFloat: quantize_launch<float, float>(in, width, g, packed, scales); break;
-    case at::kBFloat16: quantize_launch<__nv_bfloat16, at::BFloat16>(in, width, g, packed, scales); break;
-    case at::kHalf: quantize_launch<__half, at::Half>(in, width, g, packed, scales); break;
-    default: TORCH_CHECK(false, "unreachable");
+LaunchStatus launch_quantize(const QuantizeArgs& args, int sm_count, cudaStream_t stream) {
+  switch (args.x_type) {
+    case ElementType::kF32: return quantize_typed<float>(args, sm_count, stream);
+    case ElementType::kBF16: return quantize_typed<__nv_bfloat16>(args, sm_count, stream);
+    case ElementType::kF16: return quantize_typed<__half>(args, sm_count, stream);
+    default: return {LaunchStatus::Kind::kCudaError, cudaErrorInvalidValue};
   }
-  return {packed, scales};
 }
 
-at::Tensor nvfp4_dequantize_cuda(const at::Tensor& packed, const at::Tensor& scales, at::ScalarType dtype,
-                                 double global_scale) {
-  const int64_t width = check_dequantize_args(packed, scales, dtype, global_scale);
-  TORCH_CHECK(packed.is_cuda(), "msa::nvfp4_dequantize: tensors must be CUDA tensors here, got ", packed.device());
-  const c10::cuda::CUDAGuard guard(packed.device());
-  auto out = at::empty(with_last_dim(packed.sizes(), width), packed.options().dtype(dtype));
-  if (out.numel() == 0) return out;
-  const RowView p = as_rows(packed, width / 2);
-  const RowView s = as_rows(scales, width / kGroup);
-  const float g = static_cast<float>(global_scale);
-  switch (dtype) {
-    case at::kFloat8_e4m3fn: dequantize_launch<DequantOut::kE4M3>(p, s, width, g, out); break;
-    case at::kBFloat16: dequantize_launch<DequantOut::kBF16>(p, s, width, g, out); break;
-    case at::kFloat: dequantize_launch<DequantOut::kF32>(p, s, width, g, out); break;
-    default: TORCH_CHECK(false, "unreachable");
+LaunchStatus launch_dequantize(const DequantizeArgs& args, int sm_count, cudaStream_t stream) {
+  switch (args.out_type) {
+    case ElementType::kE4M3: return dequantize_typed<DequantOut::kE4M3>(args, sm_count, stream);
+    case ElementType::kBF16: return dequantize_typed<DequantOut::kBF16>(args, sm_count, stream);
+    case ElementType::kF32: return dequantize_typed<DequantOut::kF32>(args, sm_count, stream);
+    default: return {LaunchStatus::Kind::kCudaError, cudaErrorInvalidValue};
   }
-  return out;
 }
 
-TORCH_LIBRARY_IMPL(msa, CUDA, m) {
-  m.impl("nvfp4_quantize", &nvfp4_quantize_cuda);
-  m.impl("nvfp4_dequantize", &nvfp4_dequantize_cuda);
-}
-
-}  // namespace msa
+}  // namespace msa::nvfp4
