@@ -8,4 +8,5 @@ python3 -c "import torch;print(torch._C._GLIBCXX_USE_CXX11_ABI, torch.__config__
 nm -DC msa_ops/_C*.so | grep -E "_M_insert|do_unshift"
 ldd msa_ops/_C*.so | grep -E "stdc|cudart"
 python3 scripts/debug/throw_check.py cpu 2>&1 | tail -3
-cuda-gdb -batch -ex run -ex bt -ex "info sharedlibrary" --args python3 scripts/debug/throw_check.py cuda 2>&1 | grep -v "^\[New Thread\|^\[Thread\|Detaching\|warning: Cuda" | grep -E "^#|SIG|stdc|calling|raised" | head -30
+cuda-gdb -batch -ex run -ex bt -ex "frame 2" -ex "info locals" --args python3 scripts/debug/throw_check.py cuda 2>&1 | grep -v "^\[New Thread\|^\[Thread\|Detaching\|warning: Cuda" | grep -E "^#|SIG|stdc|calling|raised" | head -30
+rm -rf build

@@ -97,14 +97,16 @@ __device__ __forceinline__ float div_by_scale(float t, float s, float r) {
   return __fmaf_rn(residual, r, q0);
 }
 
-// Quotient -> E2M1 code (software): magic-number rounding as in e2m1_code_rne_satfinite, then the code
-// read straight off the fp32 bits of r * 2^-126 (exponent and one mantissa bit; 0.5 lands on the subnormal).
+// Quotient -> E2M1 code (software). Adding a power of two M whose fp32 ulp is the E2M1 step of a's binade
+// (0.5 below 2, 1 in [2, 4), 2 in [4, 8)) rounds a to that step, ties to even; the number of ulps the sum
+// lies above M, plus 2 per binade above [0, 2), is the code. M is built from a's exponent with integer ops.
 __device__ __forceinline__ uint32_t e2m1_code_fast(float q, float sign_source) {
-  const uint32_t sign = (__float_as_uint(sign_source) >> 28) & 8u;
   const float a = fminf(fabsf(q), kE2M1Max);
-  const float magic = a < 2.0f ? 0x1p22f : (a < 4.0f ? 0x1p23f : 0x1p24f);
-  const float r = __fsub_rn(__fadd_rn(a, magic), magic);
-  return sign | (__float_as_uint(__fmul_rn(r, 0x1p-126f)) >> 22);
+  const uint32_t binade = max(__float_as_uint(a) & 0x7F800000u, 0x3F800000u);  // exponent of max(a, 1)
+  const uint32_t magic_bits = binade + (22u << 23);                            // 2^22, 2^23 or 2^24
+  const uint32_t sum_bits = __float_as_uint(__fadd_rn(a, __uint_as_float(magic_bits)));
+  const uint32_t code = sum_bits - magic_bits + (magic_bits >> 22) - 298u;    // + 2 * (log2(M) - 22)
+  return code | ((__float_as_uint(sign_source) >> 28) & 8u);
 }
 
 // Two quotients -> one byte of two E2M1 codes (first in the low nibble); signs from t0 / t1.

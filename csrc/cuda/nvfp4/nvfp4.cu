@@ -13,7 +13,8 @@ namespace {
 using msa::cuda::LaunchStatus;
 
 int grid_for(int64_t num_groups, int sm_count) {
-  const int64_t needed = (num_groups + Nvfp4Config::kThreads - 1) / Nvfp4Config::kThreads;
+  const int64_t per_block = int64_t(Nvfp4Config::kThreads) * Nvfp4Config::kUnroll;  // half-groups
+  const int64_t needed = (2 * num_groups + per_block - 1) / per_block;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sm_count) * Nvfp4Config::kBlocksPerSm)));
 }
 
@@ -43,7 +44,7 @@ LaunchStatus quantize_typed(const QuantizeArgs& a, int sm_count, cudaStream_t st
   const GroupIndex index{a.width / kGroup, a.x_row_stride, kGroup};
   const int64_t num_groups = a.rows * index.groups_per_row;
   const bool vectorized = aligned(x, a.x_row_stride * int64_t(sizeof(T)), 16);
-  auto* packed = reinterpret_cast<uint2*>(a.packed);
+  auto* packed = reinterpret_cast<uint32_t*>(a.packed);
   const float g = a.global_scale;
   if (vectorized && g == 1.0f) {
     return launch(nvfp4_quantize_kernel<T, true, false>, num_groups, sm_count, stream, x, index, num_groups, g,
@@ -63,7 +64,7 @@ LaunchStatus dequantize_mode(const DequantizeArgs& a, int sm_count, cudaStream_t
   const GroupIndex scale_index{a.width / kGroup, a.scale_row_stride, 1};
   const int64_t num_groups = a.rows * packed_index.groups_per_row;
   const float inverse = 1.0f / a.global_scale;  // used only when exact (power-of-two G)
-  if (aligned(a.packed, a.packed_row_stride, 8)) {
+  if (aligned(a.packed, a.packed_row_stride, 4)) {
     return launch(nvfp4_dequantize_kernel<kOut, kMode, true>, num_groups, sm_count, stream, a.packed, packed_index,
                   a.scales, scale_index, num_groups, a.global_scale, inverse, a.out);
   }

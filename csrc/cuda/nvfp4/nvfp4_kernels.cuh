@@ -1,9 +1,15 @@
-// NVFP4 quantize / dequantize kernels: streaming, one 16-element group per thread per iteration.
-// No torch includes. Launchers: nvfp4.cu.
+// NVFP4 quantize / dequantize kernels. No torch includes. Launchers: nvfp4.cu.
+//
+// Streaming kernels: every byte is touched once, so the design is about access shape and bytes in flight.
+// A thread owns half a group (8 elements): its loads and stores are single 16-byte (bf16 in, bf16 out) or
+// narrower contiguous accesses, so a warp moves one dense span per instruction; the two halves of a group
+// meet through one shuffle (quantize's amax). Each thread issues the loads of kUnroll half-groups before
+// using any, for memory-level parallelism.
 #pragma once
 
 #include <cfloat>
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -14,14 +20,16 @@ namespace msa::nvfp4 {
 
 struct Nvfp4Config {
   static constexpr int kThreads = 256;
-  static constexpr int kBlocksPerSm = 8;  // grid = SMs * this, grid-stride loop over groups
+  static constexpr int kBlocksPerSm = 8;  // grid = SMs * this, grid-stride loop
+  static constexpr int kUnroll = 4;       // half-groups per thread per iteration
+  static constexpr int kHalf = kGroup / 2;
 };
 
 // A [rows, width] operand with one row stride; groups are numbered row-major.
 struct GroupIndex {
   int64_t groups_per_row;
-  int64_t row_stride;  // elements of the operand's own type
-  int64_t group_width; // elements per group in the operand (16 values, 8 packed bytes, 1 scale)
+  int64_t row_stride;   // elements of the operand's own type
+  int64_t group_width;  // elements per group in the operand (16 values, 8 packed bytes, 1 scale)
   __device__ __forceinline__ int64_t offset(int64_t g) const {
     if (row_stride == groups_per_row * group_width) return g * group_width;  // dense: no division
     return (g / groups_per_row) * row_stride + (g % groups_per_row) * group_width;
@@ -30,16 +38,21 @@ struct GroupIndex {
 
 enum class GlobalScaleMode { kNone, kExactInverse, kDivide };
 
-// ---- load 16 inputs as fp32 --------------------------------------------------------------------------
+// Iterates a block-uniform range of half-groups: every lane runs the same number of iterations (needed by
+// the pair shuffle); `valid` says whether this lane's half-group exists.
+#define MSA_FOR_EACH_HALF_GROUP_BATCH(total, first)                                                             \
+  for (int64_t first = int64_t(blockIdx.x) * blockDim.x * Nvfp4Config::kUnroll; first < (total);                \
+       first += int64_t(gridDim.x) * blockDim.x * Nvfp4Config::kUnroll)
+
+// ---- load 8 inputs as fp32 ---------------------------------------------------------------------------
 
 template <typename T, bool kVectorized>
-__device__ __forceinline__ void load_group(const T* src, float (&v)[kGroup]) {
+__device__ __forceinline__ void load_half_group(const T* src, float (&v)[Nvfp4Config::kHalf]) {
   if constexpr (kVectorized && sizeof(T) == 2) {
-    const uint4 a = __ldcs(reinterpret_cast<const uint4*>(src));
-    const uint4 b = __ldcs(reinterpret_cast<const uint4*>(src) + 1);
-    const uint32_t words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    const uint4 raw = __ldcs(reinterpret_cast<const uint4*>(src));
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < 4; ++i) {
       if constexpr (std::is_same_v<T, __nv_bfloat16>) {
         v[2 * i] = __uint_as_float(words[i] << 16);
         v[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
@@ -50,17 +63,12 @@ __device__ __forceinline__ void load_group(const T* src, float (&v)[kGroup]) {
       }
     }
   } else if constexpr (kVectorized && sizeof(T) == 4) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float4 f = __ldcs(reinterpret_cast<const float4*>(src) + i);
-      v[4 * i] = f.x;
-      v[4 * i + 1] = f.y;
-      v[4 * i + 2] = f.z;
-      v[4 * i + 3] = f.w;
-    }
+    const float4 a = __ldcs(reinterpret_cast<const float4*>(src));
+    const float4 b = __ldcs(reinterpret_cast<const float4*>(src) + 1);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
   } else {
 #pragma unroll
-    for (int i = 0; i < kGroup; ++i) {
+    for (int i = 0; i < Nvfp4Config::kHalf; ++i) {
       if constexpr (std::is_same_v<T, float>) {
         v[i] = src[i];
       } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
@@ -77,36 +85,51 @@ __device__ __forceinline__ void load_group(const T* src, float (&v)[kGroup]) {
 template <typename T, bool kVectorized, bool kApplyGlobalScale>
 __global__ void __launch_bounds__(Nvfp4Config::kThreads)
     nvfp4_quantize_kernel(const T* __restrict__ x, GroupIndex x_index, int64_t num_groups, float global_scale,
-                          uint2* __restrict__ packed, uint8_t* __restrict__ scales) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; g < num_groups; g += stride) {
-    float v[kGroup];
-    load_group<T, kVectorized>(x + x_index.offset(g), v);
-
-    float amax = 0.0f;
+                          uint32_t* __restrict__ packed, uint8_t* __restrict__ scales) {
+  constexpr int kU = Nvfp4Config::kUnroll, kHalf = Nvfp4Config::kHalf;
+  const int64_t num_halves = 2 * num_groups;
+  MSA_FOR_EACH_HALF_GROUP_BATCH(num_halves, first) {
+    float v[kU][kHalf];
 #pragma unroll
-    for (int i = 0; i < kGroup; ++i) amax = fmax_nan(amax, fabsf(v[i]));
-
-    uint32_t words[2] = {0u, 0u};
-    uint8_t scale_bits;
-    if (!(amax <= FLT_MAX)) {
-      scale_bits = kE4M3NaN;  // NaN or Inf in the group: NaN scale, zero codes (documented)
-    } else {
-      scale_bits = float_to_e4m3(__fdiv_rn(__fmul_rn(global_scale, amax), 6.0f));
-      const float s = e4m3_to_float_dev(scale_bits);
-      if (s != 0.0f) {
-        const float r = __frcp_rn(s);
+    for (int u = 0; u < kU; ++u) {
+      const int64_t h = first + u * blockDim.x + threadIdx.x;
+      if (h < num_halves) {
+        load_half_group<T, kVectorized>(x + x_index.offset(h >> 1) + (h & 1) * kHalf, v[u]);
+      } else {
 #pragma unroll
-        for (int i = 0; i < kGroup; i += 2) {
-          const float t0 = kApplyGlobalScale ? __fmul_rn(v[i], global_scale) : v[i];
-          const float t1 = kApplyGlobalScale ? __fmul_rn(v[i + 1], global_scale) : v[i + 1];
-          const uint32_t byte = e2m1x2_from_quotients(div_by_scale(t0, s, r), div_by_scale(t1, s, r), t0, t1);
-          words[i / 8] |= byte << (4 * (i % 8));
-        }
+        for (int i = 0; i < kHalf; ++i) v[u][i] = 0.0f;
       }
     }
-    __stcs(packed + g, make_uint2(words[0], words[1]));
-    scales[g] = scale_bits;
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t h = first + u * blockDim.x + threadIdx.x;
+      float amax = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kHalf; ++i) amax = fmax_nan(amax, fabsf(v[u][i]));
+      amax = fmax_nan(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));  // the other half of the group
+
+      uint32_t word = 0u;
+      uint8_t scale_bits;
+      if (!(amax <= FLT_MAX)) {
+        scale_bits = kE4M3NaN;  // NaN or Inf in the group: NaN scale, zero codes (documented)
+      } else {
+        scale_bits = float_to_e4m3(__fdiv_rn(__fmul_rn(global_scale, amax), 6.0f));
+        const float s = e4m3_to_float_dev(scale_bits);
+        if (s != 0.0f) {
+          const float r = __frcp_rn(s);
+#pragma unroll
+          for (int i = 0; i < kHalf; i += 2) {
+            const float t0 = kApplyGlobalScale ? __fmul_rn(v[u][i], global_scale) : v[u][i];
+            const float t1 = kApplyGlobalScale ? __fmul_rn(v[u][i + 1], global_scale) : v[u][i + 1];
+            word |= e2m1x2_from_quotients(div_by_scale(t0, s, r), div_by_scale(t1, s, r), t0, t1) << (4 * i);
+          }
+        }
+      }
+      if (h < num_halves) {
+        __stcs(packed + h, word);
+        if ((h & 1) == 0) scales[h >> 1] = scale_bits;
+      }
+    }
   }
 }
 
@@ -119,73 +142,78 @@ __global__ void __launch_bounds__(Nvfp4Config::kThreads)
     nvfp4_dequantize_kernel(const uint8_t* __restrict__ packed, GroupIndex packed_index,
                             const uint8_t* __restrict__ scales, GroupIndex scale_index, int64_t num_groups,
                             float global_scale, float inverse_global_scale, void* __restrict__ out) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; g < num_groups; g += stride) {
-    const uint8_t* src = packed + packed_index.offset(g);
-    uint2 codes;
-    if constexpr (kVectorized) {
-      codes = __ldcs(reinterpret_cast<const uint2*>(src));
-    } else {
-      uint32_t w[2] = {0u, 0u};
+  constexpr int kU = Nvfp4Config::kUnroll, kHalf = Nvfp4Config::kHalf;
+  const int64_t num_halves = 2 * num_groups;
+  MSA_FOR_EACH_HALF_GROUP_BATCH(num_halves, first) {
+    uint32_t codes[kU];
+    uint8_t scale_bits[kU];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) w[i / 4] |= uint32_t(src[i]) << (8 * (i % 4));
-      codes = make_uint2(w[0], w[1]);
-    }
-    const __half2 scale = e4m3_to_half2(__ldcs(scales + scale_index.offset(g)));
-
-    // e2m1 * scale is exact in fp16: at most 6 significant bits, 2^-10 <= |value| <= 2688.
-    uint32_t prod[8];
-    {
-      uint32_t h[4];
-      e2m1x8_to_half2x4(codes.x, h);
+    for (int u = 0; u < kU; ++u) {
+      const int64_t h = first + u * blockDim.x + threadIdx.x;
+      codes[u] = 0u;
+      scale_bits[u] = 0u;
+      if (h < num_halves) {
+        const uint8_t* src = packed + packed_index.offset(h >> 1) + (h & 1) * (kHalf / 2);
+        if constexpr (kVectorized) {
+          codes[u] = __ldcs(reinterpret_cast<const uint32_t*>(src));
+        } else {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const __half2 p = __hmul2(*reinterpret_cast<const __half2*>(&h[i]), scale);
-        prod[i] = *reinterpret_cast<const uint32_t*>(&p);
-      }
-      e2m1x8_to_half2x4(codes.y, h);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const __half2 p = __hmul2(*reinterpret_cast<const __half2*>(&h[i]), scale);
-        prod[4 + i] = *reinterpret_cast<const uint32_t*>(&p);
-      }
-    }
-
-    if constexpr (kOut == DequantOut::kE4M3) {
-      uint32_t w[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) w[i] = half2_to_e4m3x2(prod[2 * i]) | (half2_to_e4m3x2(prod[2 * i + 1]) << 16);
-      __stcs(reinterpret_cast<uint4*>(out) + g, make_uint4(w[0], w[1], w[2], w[3]));
-    } else {
-      float f[kGroup];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const float2 pair = __half22float2(*reinterpret_cast<const __half2*>(&prod[i]));
-        f[2 * i] = pair.x;
-        f[2 * i + 1] = pair.y;
-      }
-#pragma unroll
-      for (int i = 0; i < kGroup; ++i) {
-        if constexpr (kMode == GlobalScaleMode::kExactInverse) f[i] = __fmul_rn(f[i], inverse_global_scale);
-        if constexpr (kMode == GlobalScaleMode::kDivide) f[i] = __fdiv_rn(f[i], global_scale);
-      }
-      if constexpr (kOut == DequantOut::kBF16) {
-        uint32_t w[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const __nv_bfloat162 b = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-          w[i] = *reinterpret_cast<const uint32_t*>(&b);
+          for (int i = 0; i < 4; ++i) codes[u] |= uint32_t(src[i]) << (8 * i);
         }
-        uint4* dst = reinterpret_cast<uint4*>(out) + 2 * g;
-        __stcs(dst, make_uint4(w[0], w[1], w[2], w[3]));
-        __stcs(dst + 1, make_uint4(w[4], w[5], w[6], w[7]));
-      } else {
-        float4* dst = reinterpret_cast<float4*>(out) + 4 * g;
+        scale_bits[u] = __ldcs(scales + scale_index.offset(h >> 1));
+      }
+    }
 #pragma unroll
-        for (int i = 0; i < 4; ++i) __stcs(dst + i, make_float4(f[4 * i], f[4 * i + 1], f[4 * i + 2], f[4 * i + 3]));
+    for (int u = 0; u < kU; ++u) {
+      const int64_t h = first + u * blockDim.x + threadIdx.x;
+      if (h >= num_halves) continue;
+      // e2m1 * scale is exact in fp16: at most 6 significant bits, 2^-10 <= |value| <= 2688.
+      const __half2 scale = e4m3_to_half2(scale_bits[u]);
+      uint32_t prod[4];
+      {
+        uint32_t halves[4];
+        e2m1x8_to_half2x4(codes[u], halves);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const __half2 p = __hmul2(*reinterpret_cast<const __half2*>(&halves[i]), scale);
+          prod[i] = *reinterpret_cast<const uint32_t*>(&p);
+        }
+      }
+      if constexpr (kOut == DequantOut::kE4M3) {
+        const uint32_t lo = half2_to_e4m3x2(prod[0]) | (half2_to_e4m3x2(prod[1]) << 16);
+        const uint32_t hi = half2_to_e4m3x2(prod[2]) | (half2_to_e4m3x2(prod[3]) << 16);
+        __stcs(reinterpret_cast<uint2*>(out) + h, make_uint2(lo, hi));
+      } else {
+        float f[kHalf];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 pair = __half22float2(*reinterpret_cast<const __half2*>(&prod[i]));
+          f[2 * i] = pair.x;
+          f[2 * i + 1] = pair.y;
+        }
+#pragma unroll
+        for (int i = 0; i < kHalf; ++i) {
+          if constexpr (kMode == GlobalScaleMode::kExactInverse) f[i] = __fmul_rn(f[i], inverse_global_scale);
+          if constexpr (kMode == GlobalScaleMode::kDivide) f[i] = __fdiv_rn(f[i], global_scale);
+        }
+        if constexpr (kOut == DequantOut::kBF16) {
+          uint32_t w[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const __nv_bfloat162 b = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+            w[i] = *reinterpret_cast<const uint32_t*>(&b);
+          }
+          __stcs(reinterpret_cast<uint4*>(out) + h, make_uint4(w[0], w[1], w[2], w[3]));
+        } else {
+          float4* dst = reinterpret_cast<float4*>(out) + 2 * h;
+          __stcs(dst, make_float4(f[0], f[1], f[2], f[3]));
+          __stcs(dst + 1, make_float4(f[4], f[5], f[6], f[7]));
+        }
       }
     }
   }
 }
+
+#undef MSA_FOR_EACH_HALF_GROUP_BATCH
 
 }  // namespace msa::nvfp4
