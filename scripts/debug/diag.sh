@@ -1,12 +1,9 @@
 #!/usr/bin/env bash
-# One-off diagnosis of the CUDA-path exception crash (kept for the record; see bench/NOTES.md).
+# One-off diagnosis of the CUDA-path exception crash: where does a static libstdc++ come from?
 cd "$(dirname "$0")/../.."
-g++ --version | head -1; which g++ c++ cc
-rm -rf build; MSA_DEBUG=1 MSA_CUDA_ARCHS=9.0a MAX_JOBS=16 bash scripts/install.sh > /tmp/b.log 2>&1 || tail -30 /tmp/b.log
-grep -o "\-lcudart[_a-z]*\|cudart_static[^ ]*\|libstdc[^ ]*\|-static[^ ]*" build/build.ninja | sort | uniq -c
-python3 -c "import torch;print(torch._C._GLIBCXX_USE_CXX11_ABI, torch.__config__.show()[:600])"
-nm -DC msa_ops/_C*.so | grep -E "_M_insert|do_unshift"
-ldd msa_ops/_C*.so | grep -E "stdc|cudart"
-python3 scripts/debug/throw_check.py cpu 2>&1 | tail -3
-cuda-gdb -batch -ex run -ex bt -ex "frame 2" -ex "info locals" --args python3 scripts/debug/throw_check.py cuda 2>&1 | grep -v "^\[New Thread\|^\[Thread\|Detaching\|warning: Cuda" | grep -E "^#|SIG|stdc|calling|raised" | head -30
-rm -rf build
+env | grep -i -E "flags|^CC=|^CXX=|LD_" ; g++ --version | head -1; cmake --version | head -1
+MSA_CUDA_ARCHS=9.0a MAX_JOBS=16 bash scripts/install.sh > /tmp/b.log 2>&1 || tail -30 /tmp/b.log
+grep "msa_ops:" /tmp/b.log | head
+grep -B2 -A6 "^build _C" build/build.ninja | grep -E "LINK_FLAGS|LINK_LIBRARIES|FLAGS" | cut -c1-600
+nm -C msa_ops/_C*.so | grep -c "W std::ostream& std::ostream::_M_insert"
+python3 scripts/debug/throw_check.py cuda 2>&1 | tail -3

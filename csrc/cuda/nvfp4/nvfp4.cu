@@ -12,10 +12,12 @@ namespace {
 
 using msa::cuda::LaunchStatus;
 
-int grid_for(int64_t num_groups, int sm_count) {
-  const int64_t per_block = int64_t(Nvfp4Config::kThreads) * Nvfp4Config::kUnroll;  // half-groups
-  const int64_t needed = (2 * num_groups + per_block - 1) / per_block;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sm_count) * Nvfp4Config::kBlocksPerSm)));
+// One batch of kThreads * kUnroll parts per block (a part is half a group, or a whole group for
+// dequantize -> E4M3); the kernels loop when a grid would exceed the hardware limit.
+int grid_for(int64_t num_parts) {
+  const int64_t per_block = int64_t(Nvfp4Config::kThreads) * Nvfp4Config::kUnroll;
+  const int64_t needed = (num_parts + per_block - 1) / per_block;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(1) << 30)));
 }
 
 bool aligned(const void* p, int64_t row_stride_bytes, int64_t alignment) {
@@ -28,11 +30,10 @@ bool is_power_of_two(float v) {
 }
 
 template <typename... KernelArgs, typename... Args>
-LaunchStatus launch(void (*kernel)(KernelArgs...), int64_t num_groups, int sm_count, cudaStream_t stream,
-                    Args... args) {
+LaunchStatus launch(void (*kernel)(KernelArgs...), int64_t num_parts, cudaStream_t stream, Args... args) {
   const LaunchStatus image = msa::cuda::kernel_image_status(reinterpret_cast<const void*>(kernel));
   if (!image.is_ok()) return image;
-  kernel<<<grid_for(num_groups, sm_count), Nvfp4Config::kThreads, 0, stream>>>(args...);
+  kernel<<<grid_for(num_parts), Nvfp4Config::kThreads, 0, stream>>>(args...);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
   return LaunchStatus::ok();
@@ -47,14 +48,14 @@ LaunchStatus quantize_typed(const QuantizeArgs& a, int sm_count, cudaStream_t st
   auto* packed = reinterpret_cast<uint32_t*>(a.packed);
   const float g = a.global_scale;
   if (vectorized && g == 1.0f) {
-    return launch(nvfp4_quantize_kernel<T, true, false>, num_groups, sm_count, stream, x, index, num_groups, g,
+    return launch(nvfp4_quantize_kernel<T, true, false>, 2 * num_groups, stream, x, index, num_groups, g,
                   packed, a.scales);
   }
   if (vectorized) {
-    return launch(nvfp4_quantize_kernel<T, true, true>, num_groups, sm_count, stream, x, index, num_groups, g,
+    return launch(nvfp4_quantize_kernel<T, true, true>, 2 * num_groups, stream, x, index, num_groups, g,
                   packed, a.scales);
   }
-  return launch(nvfp4_quantize_kernel<T, false, true>, num_groups, sm_count, stream, x, index, num_groups, g,
+  return launch(nvfp4_quantize_kernel<T, false, true>, 2 * num_groups, stream, x, index, num_groups, g,
                 packed, a.scales);
 }
 
@@ -64,11 +65,12 @@ LaunchStatus dequantize_mode(const DequantizeArgs& a, int sm_count, cudaStream_t
   const GroupIndex scale_index{a.width / kGroup, a.scale_row_stride, 1};
   const int64_t num_groups = a.rows * packed_index.groups_per_row;
   const float inverse = 1.0f / a.global_scale;  // used only when exact (power-of-two G)
-  if (aligned(a.packed, a.packed_row_stride, 4)) {
-    return launch(nvfp4_dequantize_kernel<kOut, kMode, true>, num_groups, sm_count, stream, a.packed, packed_index,
+  const int64_t num_parts = num_groups * (kGroup / kDequantElems<kOut>);
+  if (aligned(a.packed, a.packed_row_stride, kDequantElems<kOut> / 2)) {
+    return launch(nvfp4_dequantize_kernel<kOut, kMode, true>, num_parts, stream, a.packed, packed_index,
                   a.scales, scale_index, num_groups, a.global_scale, inverse, a.out);
   }
-  return launch(nvfp4_dequantize_kernel<kOut, kMode, false>, num_groups, sm_count, stream, a.packed, packed_index,
+  return launch(nvfp4_dequantize_kernel<kOut, kMode, false>, num_parts, stream, a.packed, packed_index,
                 a.scales, scale_index, num_groups, a.global_scale, inverse, a.out);
 }
 

@@ -20,8 +20,7 @@ namespace msa::nvfp4 {
 
 struct Nvfp4Config {
   static constexpr int kThreads = 256;
-  static constexpr int kBlocksPerSm = 8;  // grid = SMs * this, grid-stride loop
-  static constexpr int kUnroll = 4;       // half-groups per thread per iteration
+  static constexpr int kUnroll = 4;  // parts (half- or whole groups) per thread, loads issued before use
   static constexpr int kHalf = kGroup / 2;
 };
 
@@ -38,11 +37,21 @@ struct GroupIndex {
 
 enum class GlobalScaleMode { kNone, kExactInverse, kDivide };
 
-// Iterates a block-uniform range of half-groups: every lane runs the same number of iterations (needed by
-// the pair shuffle); `valid` says whether this lane's half-group exists.
-#define MSA_FOR_EACH_HALF_GROUP_BATCH(total, first)                                                             \
+// Iterates block-uniform batches of kThreads * kUnroll parts: every lane runs the same number of iterations
+// (the pair shuffle needs all lanes). The launcher sizes the grid to cover everything in one batch per block
+// (no persistent grid: a grid-stride grid larger than what is resident ran in uneven waves).
+#define MSA_FOR_EACH_BATCH(total, first)                                                                        \
   for (int64_t first = int64_t(blockIdx.x) * blockDim.x * Nvfp4Config::kUnroll; first < (total);                \
        first += int64_t(gridDim.x) * blockDim.x * Nvfp4Config::kUnroll)
+
+// RN(v / 6) without a division: Markstein's correction of v * RN(1/6) is the correctly rounded quotient (no
+// underflow matters here: E4M3 flushes everything below 2^-10 anyway); +Inf passes through.
+__device__ __forceinline__ float div6_rn(float v) {
+  constexpr float kSixth = 0x1.555556p-3f;  // RN(1/6)
+  const float q0 = __fmul_rn(v, kSixth);
+  const float q = __fmaf_rn(__fmaf_rn(-q0, 6.0f, v), kSixth, q0);
+  return v <= FLT_MAX ? q : v;
+}
 
 // ---- load 8 inputs as fp32 ---------------------------------------------------------------------------
 
@@ -87,8 +96,15 @@ __global__ void __launch_bounds__(Nvfp4Config::kThreads)
     nvfp4_quantize_kernel(const T* __restrict__ x, GroupIndex x_index, int64_t num_groups, float global_scale,
                           uint32_t* __restrict__ packed, uint8_t* __restrict__ scales) {
   constexpr int kU = Nvfp4Config::kUnroll, kHalf = Nvfp4Config::kHalf;
+  // Per scale code: (s, RN(1/s)), so a group pays one shared-memory load instead of a reciprocal.
+  __shared__ float2 scale_and_reciprocal[128];
+  if (threadIdx.x < 128) {
+    const float s = e4m3_to_float_dev(static_cast<uint8_t>(threadIdx.x));
+    scale_and_reciprocal[threadIdx.x] = make_float2(s, __frcp_rn(s));
+  }
+  __syncthreads();
   const int64_t num_halves = 2 * num_groups;
-  MSA_FOR_EACH_HALF_GROUP_BATCH(num_halves, first) {
+  MSA_FOR_EACH_BATCH(num_halves, first) {
     float v[kU][kHalf];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
@@ -113,10 +129,10 @@ __global__ void __launch_bounds__(Nvfp4Config::kThreads)
       if (!(amax <= FLT_MAX)) {
         scale_bits = kE4M3NaN;  // NaN or Inf in the group: NaN scale, zero codes (documented)
       } else {
-        scale_bits = float_to_e4m3(__fdiv_rn(__fmul_rn(global_scale, amax), 6.0f));
-        const float s = e4m3_to_float_dev(scale_bits);
+        scale_bits = float_to_e4m3(div6_rn(kApplyGlobalScale ? __fmul_rn(global_scale, amax) : amax));
+        const float2 sr = scale_and_reciprocal[scale_bits];  // scale_bits <= 0x7E: amax is finite, >= 0
+        const float s = sr.x, r = sr.y;
         if (s != 0.0f) {
-          const float r = __frcp_rn(s);
 #pragma unroll
           for (int i = 0; i < kHalf; i += 2) {
             const float t0 = kApplyGlobalScale ? __fmul_rn(v[u][i], global_scale) : v[u][i];
@@ -137,73 +153,87 @@ __global__ void __launch_bounds__(Nvfp4Config::kThreads)
 
 enum class DequantOut { kE4M3, kBF16, kF32 };
 
+// E4M3 output: one group per thread (8-byte load, 16-byte store). bf16 / fp32 output: half a group per thread,
+// so the store is one 16-byte access (bf16) and a warp writes one dense span.
+template <DequantOut kOut>
+constexpr int kDequantElems = kOut == DequantOut::kE4M3 ? kGroup : Nvfp4Config::kHalf;
+
 template <DequantOut kOut, GlobalScaleMode kMode, bool kVectorized>
 __global__ void __launch_bounds__(Nvfp4Config::kThreads)
     nvfp4_dequantize_kernel(const uint8_t* __restrict__ packed, GroupIndex packed_index,
                             const uint8_t* __restrict__ scales, GroupIndex scale_index, int64_t num_groups,
                             float global_scale, float inverse_global_scale, void* __restrict__ out) {
-  constexpr int kU = Nvfp4Config::kUnroll, kHalf = Nvfp4Config::kHalf;
-  const int64_t num_halves = 2 * num_groups;
-  MSA_FOR_EACH_HALF_GROUP_BATCH(num_halves, first) {
-    uint32_t codes[kU];
+  constexpr int kU = Nvfp4Config::kUnroll;
+  constexpr int kElems = kDequantElems<kOut>, kWords = kElems / 8, kParts = kGroup / kElems;
+  const int64_t num_parts = kParts * num_groups;
+  MSA_FOR_EACH_BATCH(num_parts, first) {
+    uint32_t codes[kU][kWords];
     uint8_t scale_bits[kU];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t h = first + u * blockDim.x + threadIdx.x;
-      codes[u] = 0u;
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) codes[u][w] = 0u;
       scale_bits[u] = 0u;
-      if (h < num_halves) {
-        const uint8_t* src = packed + packed_index.offset(h >> 1) + (h & 1) * (kHalf / 2);
-        if constexpr (kVectorized) {
-          codes[u] = __ldcs(reinterpret_cast<const uint32_t*>(src));
+      if (h < num_parts) {
+        const int64_t group = h / kParts;
+        const uint8_t* src = packed + packed_index.offset(group) + (h % kParts) * (kElems / 2);
+        if constexpr (kVectorized && kWords == 2) {
+          const uint2 pair = __ldcs(reinterpret_cast<const uint2*>(src));
+          codes[u][0] = pair.x;
+          codes[u][1] = pair.y;
+        } else if constexpr (kVectorized) {
+          codes[u][0] = __ldcs(reinterpret_cast<const uint32_t*>(src));
         } else {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) codes[u] |= uint32_t(src[i]) << (8 * i);
+          for (int i = 0; i < 4 * kWords; ++i) codes[u][i / 4] |= uint32_t(src[i]) << (8 * (i % 4));
         }
-        scale_bits[u] = __ldcs(scales + scale_index.offset(h >> 1));
+        scale_bits[u] = __ldcs(scales + scale_index.offset(group));
       }
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t h = first + u * blockDim.x + threadIdx.x;
-      if (h >= num_halves) continue;
+      if (h >= num_parts) continue;
       // e2m1 * scale is exact in fp16: at most 6 significant bits, 2^-10 <= |value| <= 2688.
       const __half2 scale = e4m3_to_half2(scale_bits[u]);
-      uint32_t prod[4];
-      {
+      uint32_t prod[4 * kWords];
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) {
         uint32_t halves[4];
-        e2m1x8_to_half2x4(codes[u], halves);
+        e2m1x8_to_half2x4(codes[u][w], halves);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const __half2 p = __hmul2(*reinterpret_cast<const __half2*>(&halves[i]), scale);
-          prod[i] = *reinterpret_cast<const uint32_t*>(&p);
+          prod[4 * w + i] = *reinterpret_cast<const uint32_t*>(&p);
         }
       }
       if constexpr (kOut == DequantOut::kE4M3) {
-        const uint32_t lo = half2_to_e4m3x2(prod[0]) | (half2_to_e4m3x2(prod[1]) << 16);
-        const uint32_t hi = half2_to_e4m3x2(prod[2]) | (half2_to_e4m3x2(prod[3]) << 16);
-        __stcs(reinterpret_cast<uint2*>(out) + h, make_uint2(lo, hi));
-      } else {
-        float f[kHalf];
+        uint32_t w4[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < 4; ++i) w4[i] = half2_to_e4m3x2(prod[2 * i]) | (half2_to_e4m3x2(prod[2 * i + 1]) << 16);
+        __stcs(reinterpret_cast<uint4*>(out) + h, make_uint4(w4[0], w4[1], w4[2], w4[3]));
+      } else {
+        float f[kElems];
+#pragma unroll
+        for (int i = 0; i < kElems / 2; ++i) {
           const float2 pair = __half22float2(*reinterpret_cast<const __half2*>(&prod[i]));
           f[2 * i] = pair.x;
           f[2 * i + 1] = pair.y;
         }
 #pragma unroll
-        for (int i = 0; i < kHalf; ++i) {
+        for (int i = 0; i < kElems; ++i) {
           if constexpr (kMode == GlobalScaleMode::kExactInverse) f[i] = __fmul_rn(f[i], inverse_global_scale);
           if constexpr (kMode == GlobalScaleMode::kDivide) f[i] = __fdiv_rn(f[i], global_scale);
         }
         if constexpr (kOut == DequantOut::kBF16) {
-          uint32_t w[4];
+          uint32_t w4[4];
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const __nv_bfloat162 b = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-            w[i] = *reinterpret_cast<const uint32_t*>(&b);
+            w4[i] = *reinterpret_cast<const uint32_t*>(&b);
           }
-          __stcs(reinterpret_cast<uint4*>(out) + h, make_uint4(w[0], w[1], w[2], w[3]));
+          __stcs(reinterpret_cast<uint4*>(out) + h, make_uint4(w4[0], w4[1], w4[2], w4[3]));
         } else {
           float4* dst = reinterpret_cast<float4*>(out) + 2 * h;
           __stcs(dst, make_float4(f[0], f[1], f[2], f[3]));
@@ -214,6 +244,6 @@ __global__ void __launch_bounds__(Nvfp4Config::kThreads)
   }
 }
 
-#undef MSA_FOR_EACH_HALF_GROUP_BATCH
+#undef MSA_FOR_EACH_BATCH
 
 }  // namespace msa::nvfp4
