@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# One-off diagnosis of the CUDA-path exception crash: where does a static libstdc++ come from?
+# One-off diagnosis (2026-12-02): the CUDA-path exception crash, and quantize unroll variants.
 cd "$(dirname "$0")/../.."
-env | grep -i -E "flags|^CC=|^CXX=|LD_" ; g++ --version | head -1; cmake --version | head -1
 MSA_CUDA_ARCHS=9.0a MAX_JOBS=16 bash scripts/install.sh > /tmp/b.log 2>&1 || tail -30 /tmp/b.log
-grep "msa_ops:" /tmp/b.log | head
-grep -B2 -A6 "^build _C" build/build.ninja | grep -E "LINK_FLAGS|LINK_LIBRARIES|FLAGS" | cut -c1-600
-nm -C msa_ops/_C*.so | grep -c "W std::ostream& std::ostream::_M_insert"
-python3 scripts/debug/throw_check.py cuda 2>&1 | tail -3
+grep "LINK_LIBRARIES" build/build.ninja | cut -c1-400
+echo "weak _M_insert copies in _C: $(nm -C msa_ops/_C*.so | grep -c 'W std::ostream& std::ostream::_M_insert')"
+python3 scripts/debug/throw_check.py cuda 2>&1 | grep -E "raised|Fatal"
+python3 -c "import torch, msa_ops; print([l.split()[-1] for l in open('/proc/self/maps') if 'stdc++' in l][:1])"
+if ! python3 scripts/debug/throw_check.py cuda > /dev/null 2>&1; then
+  echo "== retry with the system compiler"; rm -rf build
+  CC=/usr/bin/gcc CXX=/usr/bin/g++ MSA_CUDA_ARCHS=9.0a MAX_JOBS=16 bash scripts/install.sh > /tmp/b2.log 2>&1 || tail -20 /tmp/b2.log
+  echo "weak _M_insert copies in _C: $(nm -C msa_ops/_C*.so | grep -c 'W std::ostream& std::ostream::_M_insert')"
+  python3 scripts/debug/throw_check.py cuda 2>&1 | grep -E "raised|Fatal"
+fi
+for u in 1 2 8; do
+  echo "== quantize unroll $u"; MSA_NVFP4_QUANTIZE_UNROLL=$u python3 bench/bench_nvfp4.py --sizes 1G 2>&1 | grep -E "^quantize"
+done

@@ -3,6 +3,7 @@
 // #if MSA_HW_FP4 paths in common/nvfp4.cuh pick software (sm_90a) or hardware (sm_100a+) FP4 conversion.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "cuda/nvfp4/nvfp4_kernels.cuh"
 #include "cuda/nvfp4/nvfp4_launch.h"
@@ -14,8 +15,8 @@ using msa::cuda::LaunchStatus;
 
 // One batch of kThreads * kUnroll parts per block (a part is half a group, or a whole group for
 // dequantize -> E4M3); the kernels loop when a grid would exceed the hardware limit.
-int grid_for(int64_t num_parts) {
-  const int64_t per_block = int64_t(Nvfp4Config::kThreads) * Nvfp4Config::kUnroll;
+int grid_for(int64_t num_parts, int unroll = Nvfp4Config::kUnroll) {
+  const int64_t per_block = int64_t(Nvfp4Config::kThreads) * unroll;
   const int64_t needed = (num_parts + per_block - 1) / per_block;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(1) << 30)));
 }
@@ -30,13 +31,42 @@ bool is_power_of_two(float v) {
 }
 
 template <typename... KernelArgs, typename... Args>
-LaunchStatus launch(void (*kernel)(KernelArgs...), int64_t num_parts, cudaStream_t stream, Args... args) {
+LaunchStatus launch_unrolled(void (*kernel)(KernelArgs...), int unroll, int64_t num_parts, cudaStream_t stream,
+                             Args... args) {
   const LaunchStatus image = msa::cuda::kernel_image_status(reinterpret_cast<const void*>(kernel));
   if (!image.is_ok()) return image;
-  kernel<<<grid_for(num_parts), Nvfp4Config::kThreads, 0, stream>>>(args...);
+  kernel<<<grid_for(num_parts, unroll), Nvfp4Config::kThreads, 0, stream>>>(args...);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
   return LaunchStatus::ok();
+}
+
+template <typename... KernelArgs, typename... Args>
+LaunchStatus launch(void (*kernel)(KernelArgs...), int64_t num_parts, cudaStream_t stream, Args... args) {
+  return launch_unrolled(kernel, Nvfp4Config::kUnroll, num_parts, stream, args...);
+}
+
+// Half-groups per thread of the quantize kernel: a tuning knob for benchmarks (MSA_NVFP4_QUANTIZE_UNROLL in
+// {1, 2, 4, 8}, read once), default 4.
+int quantize_unroll() {
+  static const int unroll = [] {
+    const char* env = std::getenv("MSA_NVFP4_QUANTIZE_UNROLL");
+    const int v = env ? std::atoi(env) : 4;
+    return (v == 1 || v == 2 || v == 4 || v == 8) ? v : 4;
+  }();
+  return unroll;
+}
+
+template <typename T, bool kVec, bool kApplyG>
+LaunchStatus quantize_unrolled(int64_t num_groups, cudaStream_t stream, const T* x, GroupIndex index, float g,
+                               uint32_t* packed, uint8_t* scales) {
+  const int unroll = quantize_unroll();
+  switch (unroll) {
+    case 1: return launch_unrolled(nvfp4_quantize_kernel<T, kVec, kApplyG, 1>, 1, 2 * num_groups, stream, x, index, num_groups, g, packed, scales);
+    case 2: return launch_unrolled(nvfp4_quantize_kernel<T, kVec, kApplyG, 2>, 2, 2 * num_groups, stream, x, index, num_groups, g, packed, scales);
+    case 8: return launch_unrolled(nvfp4_quantize_kernel<T, kVec, kApplyG, 8>, 8, 2 * num_groups, stream, x, index, num_groups, g, packed, scales);
+    default: return launch_unrolled(nvfp4_quantize_kernel<T, kVec, kApplyG, 4>, 4, 2 * num_groups, stream, x, index, num_groups, g, packed, scales);
+  }
 }
 
 template <typename T>
@@ -47,16 +77,9 @@ LaunchStatus quantize_typed(const QuantizeArgs& a, int sm_count, cudaStream_t st
   const bool vectorized = aligned(x, a.x_row_stride * int64_t(sizeof(T)), 16);
   auto* packed = reinterpret_cast<uint32_t*>(a.packed);
   const float g = a.global_scale;
-  if (vectorized && g == 1.0f) {
-    return launch(nvfp4_quantize_kernel<T, true, false>, 2 * num_groups, stream, x, index, num_groups, g,
-                  packed, a.scales);
-  }
-  if (vectorized) {
-    return launch(nvfp4_quantize_kernel<T, true, true>, 2 * num_groups, stream, x, index, num_groups, g,
-                  packed, a.scales);
-  }
-  return launch(nvfp4_quantize_kernel<T, false, true>, 2 * num_groups, stream, x, index, num_groups, g,
-                packed, a.scales);
+  if (vectorized && g == 1.0f) return quantize_unrolled<T, true, false>(num_groups, stream, x, index, g, packed, a.scales);
+  if (vectorized) return quantize_unrolled<T, true, true>(num_groups, stream, x, index, g, packed, a.scales);
+  return quantize_unrolled<T, false, true>(num_groups, stream, x, index, g, packed, a.scales);
 }
 
 template <DequantOut kOut, GlobalScaleMode kMode>

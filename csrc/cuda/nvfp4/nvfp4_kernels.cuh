@@ -91,11 +91,11 @@ __device__ __forceinline__ void load_half_group(const T* src, float (&v)[Nvfp4Co
 
 // ---- quantize ----------------------------------------------------------------------------------------
 
-template <typename T, bool kVectorized, bool kApplyGlobalScale>
+template <typename T, bool kVectorized, bool kApplyGlobalScale, int kU>
 __global__ void __launch_bounds__(Nvfp4Config::kThreads)
     nvfp4_quantize_kernel(const T* __restrict__ x, GroupIndex x_index, int64_t num_groups, float global_scale,
                           uint32_t* __restrict__ packed, uint8_t* __restrict__ scales) {
-  constexpr int kU = Nvfp4Config::kUnroll, kHalf = Nvfp4Config::kHalf;
+  constexpr int kHalf = Nvfp4Config::kHalf;
   // Per scale code: (s, RN(1/s)), so a group pays one shared-memory load instead of a reciprocal.
   __shared__ float2 scale_and_reciprocal[128];
   if (threadIdx.x < 128) {
@@ -104,7 +104,8 @@ __global__ void __launch_bounds__(Nvfp4Config::kThreads)
   }
   __syncthreads();
   const int64_t num_halves = 2 * num_groups;
-  MSA_FOR_EACH_BATCH(num_halves, first) {
+  for (int64_t first = int64_t(blockIdx.x) * blockDim.x * kU; first < num_halves;
+       first += int64_t(gridDim.x) * blockDim.x * kU) {
     float v[kU][kHalf];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
