@@ -78,19 +78,22 @@ def test_quantize_every_code_at_every_scale(device, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_quantize_rounding_ties_and_neighbours(device):
+@pytest.mark.parametrize("dtype", INPUT_DTYPES)
+def test_quantize_rounding_ties_and_neighbours(device, dtype):
     # Quotients exactly on every E2M1 rounding threshold, and one fp32 ulp either side of it, at many scales.
     thresholds = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
     scales = E4M3_FINITE_NONNEG[1:].float()
     rows = []
     for s in scales.tolist():
         t = thresholds * s
+        # T * s is exact in every input dtype (at most 7 significant bits); its neighbours in the input dtype.
+        t = t.to(dtype)
         row = torch.cat([t, torch.nextafter(t, torch.full_like(t, math.inf)),
-                         torch.nextafter(t, torch.full_like(t, -math.inf))[:1]])
+                         torch.nextafter(t, torch.full_like(t, -math.inf))[:1]]).float()
         row = torch.cat([torch.tensor([6.0 * s]), row])  # amax = 6 s: the scale is s
         rows.append(torch.cat([row, -row]))
-    x = torch.stack(rows)  # [126, 32]
-    _quantize_and_check(x.to(device), what="ties")
+    x = torch.stack(rows).to(dtype)  # [126, 32]
+    _quantize_and_check(x.to(device), what=f"ties {dtype}")
 
 
 @pytest.mark.parametrize("device", DEVICES)
