@@ -180,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated sizes of the bf16 tensor, e.g. 16M,256M,1G (bare numbers are MiB)")
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny CPU run (automatic when CUDA is unavailable)")
     ap.add_argument("--copy-bytes", type=parse_size, default=2 * GiB, help="buffer size of the copy roofline")
+    ap.add_argument("--ops", type=lambda s: [t.strip() for t in s.split(",") if t.strip()],
+                    help="comma-separated op name prefixes to run (e.g. quantize), default all")
     ap.add_argument("--json", type=Path, help="write results (plus device facts, versions, git commit) here")
     ap.add_argument("--plot", type=Path, help="write a PNG of GB/s vs size here (needs matplotlib)")
     args = ap.parse_args(argv)
@@ -196,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
         cc = ".".join(map(str, facts.compute_capability or ()))
         print(f"device: {facts.name} (sm_{cc.replace('.', '')}, {facts.sm_count} SMs, "
               f"L2 {f'{facts.l2_bytes / MiB:.0f}' if facts.l2_bytes else '?'} MiB), torch {torch.__version__}")
+    if args.ops:
+        global OPS
+        OPS = [op for op in OPS if any(op.name.startswith(p) for p in args.ops)]
     copy_ways = measure_copy_bandwidths(copy_bytes, device)
     copy_bps = max(copy_ways.values())
     print("copy bandwidth measured: " + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in copy_ways.items()) +

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
 
 #include "cuda/nvfp4/nvfp4_kernels.cuh"
 #include "cuda/nvfp4/nvfp4_launch.h"
@@ -46,27 +47,39 @@ LaunchStatus launch(void (*kernel)(KernelArgs...), int64_t num_parts, cudaStream
   return launch_unrolled(kernel, Nvfp4Config::kUnroll, num_parts, stream, args...);
 }
 
-// Half-groups per thread of the quantize kernel: a tuning knob for benchmarks (MSA_NVFP4_QUANTIZE_UNROLL in
-// {1, 2, 4, 8}, read once), default 4.
-int quantize_unroll() {
-  static const int unroll = [] {
-    const char* env = std::getenv("MSA_NVFP4_QUANTIZE_UNROLL");
-    const int v = env ? std::atoi(env) : 4;
-    return (v == 1 || v == 2 || v == 4 || v == 8) ? v : 4;
-  }();
-  return unroll;
+// Benchmark knobs for the quantize kernel, read once: MSA_NVFP4_QUANTIZE_UNROLL in {1, 2, 4, 8} (parts per
+// thread, default 4) and MSA_NVFP4_QUANTIZE_PARTS in {1, 2} (threads per group, default 2).
+int env_choice(const char* name, std::initializer_list<int> allowed, int fallback) {
+  const char* env = std::getenv(name);
+  const int v = env ? std::atoi(env) : fallback;
+  for (int a : allowed) {
+    if (a == v) return v;
+  }
+  return fallback;
+}
+
+template <typename T, bool kVec, bool kApplyG, int kParts>
+LaunchStatus quantize_parts(int64_t num_groups, cudaStream_t stream, const T* x, GroupIndex index, float g,
+                            uint32_t* packed, uint8_t* scales) {
+  static const int unroll = env_choice("MSA_NVFP4_QUANTIZE_UNROLL", {1, 2, 4, 8}, 4);
+  const int64_t parts = kParts * num_groups;
+#define MSA_Q(U) launch_unrolled(nvfp4_quantize_kernel<T, kVec, kApplyG, U, kParts>, U, parts, stream, x, index, \
+                                 num_groups, g, packed, scales)
+  switch (unroll) {
+    case 1: return MSA_Q(1);
+    case 2: return MSA_Q(2);
+    case 8: return MSA_Q(8);
+    default: return MSA_Q(4);
+  }
+#undef MSA_Q
 }
 
 template <typename T, bool kVec, bool kApplyG>
 LaunchStatus quantize_unrolled(int64_t num_groups, cudaStream_t stream, const T* x, GroupIndex index, float g,
                                uint32_t* packed, uint8_t* scales) {
-  const int unroll = quantize_unroll();
-  switch (unroll) {
-    case 1: return launch_unrolled(nvfp4_quantize_kernel<T, kVec, kApplyG, 1>, 1, 2 * num_groups, stream, x, index, num_groups, g, packed, scales);
-    case 2: return launch_unrolled(nvfp4_quantize_kernel<T, kVec, kApplyG, 2>, 2, 2 * num_groups, stream, x, index, num_groups, g, packed, scales);
-    case 8: return launch_unrolled(nvfp4_quantize_kernel<T, kVec, kApplyG, 8>, 8, 2 * num_groups, stream, x, index, num_groups, g, packed, scales);
-    default: return launch_unrolled(nvfp4_quantize_kernel<T, kVec, kApplyG, 4>, 4, 2 * num_groups, stream, x, index, num_groups, g, packed, scales);
-  }
+  static const int parts = env_choice("MSA_NVFP4_QUANTIZE_PARTS", {1, 2}, 2);
+  if (parts == 1) return quantize_parts<T, kVec, kApplyG, 1>(num_groups, stream, x, index, g, packed, scales);
+  return quantize_parts<T, kVec, kApplyG, 2>(num_groups, stream, x, index, g, packed, scales);
 }
 
 template <typename T>

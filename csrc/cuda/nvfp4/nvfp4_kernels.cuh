@@ -91,11 +91,13 @@ __device__ __forceinline__ void load_half_group(const T* src, float (&v)[Nvfp4Co
 
 // ---- quantize ----------------------------------------------------------------------------------------
 
-template <typename T, bool kVectorized, bool kApplyGlobalScale, int kU>
+// kParts threads share a group (2: each loads one dense 16-byte half; 1: a thread owns the whole group and
+// no shuffle is needed); kU parts per thread are loaded before any is used.
+template <typename T, bool kVectorized, bool kApplyGlobalScale, int kU, int kParts>
 __global__ void __launch_bounds__(Nvfp4Config::kThreads)
     nvfp4_quantize_kernel(const T* __restrict__ x, GroupIndex x_index, int64_t num_groups, float global_scale,
                           uint32_t* __restrict__ packed, uint8_t* __restrict__ scales) {
-  constexpr int kHalf = Nvfp4Config::kHalf;
+  constexpr int kHalf = Nvfp4Config::kHalf, kElems = kGroup / kParts, kWords = kElems / 8;
   constexpr bool kNeedsCorrection = kApplyGlobalScale || sizeof(T) == 4;
   // Per scale code: (s, RN(1/s)), so a group pays one shared-memory load instead of a reciprocal.
   __shared__ float2 scale_and_reciprocal[128];
@@ -104,18 +106,22 @@ __global__ void __launch_bounds__(Nvfp4Config::kThreads)
     scale_and_reciprocal[threadIdx.x] = make_float2(s, __frcp_rn(s));
   }
   __syncthreads();
-  const int64_t num_halves = 2 * num_groups;
-  for (int64_t first = int64_t(blockIdx.x) * blockDim.x * kU; first < num_halves;
+  const int64_t num_parts = kParts * num_groups;
+  for (int64_t first = int64_t(blockIdx.x) * blockDim.x * kU; first < num_parts;
        first += int64_t(gridDim.x) * blockDim.x * kU) {
-    float v[kU][kHalf];
+    float v[kU][kElems];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t h = first + u * blockDim.x + threadIdx.x;
-      if (h < num_halves) {
-        load_half_group<T, kVectorized>(x + x_index.offset(h >> 1) + (h & 1) * kHalf, v[u]);
+      if (h < num_parts) {
+        const T* src = x + x_index.offset(h / kParts) + (h % kParts) * kElems;
+#pragma unroll
+        for (int k = 0; k < kElems / kHalf; ++k) {
+          load_half_group<T, kVectorized>(src + k * kHalf, *reinterpret_cast<float(*)[kHalf]>(&v[u][k * kHalf]));
+        }
       } else {
 #pragma unroll
-        for (int i = 0; i < kHalf; ++i) v[u][i] = 0.0f;
+        for (int i = 0; i < kElems; ++i) v[u][i] = 0.0f;
       }
     }
 #pragma unroll
@@ -123,10 +129,10 @@ __global__ void __launch_bounds__(Nvfp4Config::kThreads)
       const int64_t h = first + u * blockDim.x + threadIdx.x;
       float amax = 0.0f;
 #pragma unroll
-      for (int i = 0; i < kHalf; ++i) amax = fmax_nan(amax, fabsf(v[u][i]));
-      amax = fmax_nan(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));  // the other half of the group
+      for (int i = 0; i < kElems; ++i) amax = fmax_nan(amax, fabsf(v[u][i]));
+      if constexpr (kParts == 2) amax = fmax_nan(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
 
-      uint32_t word = 0u;
+      uint32_t words[kWords] = {};
       uint8_t scale_bits;
       if (!(amax <= FLT_MAX)) {
         scale_bits = kE4M3NaN;  // NaN or Inf in the group: NaN scale, zero codes (documented)
@@ -136,7 +142,7 @@ __global__ void __launch_bounds__(Nvfp4Config::kThreads)
         const float s = sr.x, r = sr.y;
         if (s != 0.0f) {
 #pragma unroll
-          for (int i = 0; i < kHalf; i += 2) {
+          for (int i = 0; i < kElems; i += 2) {
             const float t0 = kApplyGlobalScale ? __fmul_rn(v[u][i], global_scale) : v[u][i];
             const float t1 = kApplyGlobalScale ? __fmul_rn(v[u][i + 1], global_scale) : v[u][i + 1];
             // 16-bit inputs with G = 1 skip the correction step: RN(t * r) can differ from RN(t / s) by one ulp
@@ -145,13 +151,17 @@ __global__ void __launch_bounds__(Nvfp4Config::kThreads)
             // |RN(1/s) * s - 1| < 2^-24. So the code is the same; the tests check ties in every dtype.
             const float q0 = kNeedsCorrection ? div_by_scale(t0, s, r) : __fmul_rn(t0, r);
             const float q1 = kNeedsCorrection ? div_by_scale(t1, s, r) : __fmul_rn(t1, r);
-            word |= e2m1x2_from_quotients(q0, q1, t0, t1) << (4 * i);
+            words[i / 8] |= e2m1x2_from_quotients(q0, q1, t0, t1) << (4 * (i % 8));
           }
         }
       }
-      if (h < num_halves) {
-        __stcs(packed + h, word);
-        if ((h & 1) == 0) scales[h >> 1] = scale_bits;
+      if (h < num_parts) {
+        if constexpr (kParts == 2) {
+          __stcs(packed + h, words[0]);
+        } else {
+          __stcs(reinterpret_cast<uint2*>(packed) + h, make_uint2(words[0], words[1]));
+        }
+        if (h % kParts == 0) scales[h / kParts] = scale_bits;
       }
     }
   }
