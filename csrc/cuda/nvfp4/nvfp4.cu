@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <initializer_list>
+#include <type_traits>
 
 #include "cuda/nvfp4/nvfp4_kernels.cuh"
 #include "cuda/nvfp4/nvfp4_launch.h"
@@ -58,12 +59,12 @@ int env_choice(const char* name, std::initializer_list<int> allowed, int fallbac
   return fallback;
 }
 
-template <typename T, bool kVec, bool kApplyG, int kParts>
+template <typename T, bool kVec, bool kApplyG, int kParts, bool kHalf>
 LaunchStatus quantize_parts(int64_t num_groups, cudaStream_t stream, const T* x, GroupIndex index, float g,
                             uint32_t* packed, uint8_t* scales) {
   static const int unroll = env_choice("MSA_NVFP4_QUANTIZE_UNROLL", {1, 2, 4, 8}, 4);
   const int64_t parts = kParts * num_groups;
-#define MSA_Q(U) launch_unrolled(nvfp4_quantize_kernel<T, kVec, kApplyG, U, kParts>, U, parts, stream, x, index, \
+#define MSA_Q(U) launch_unrolled(nvfp4_quantize_kernel<T, kVec, kApplyG, U, kParts, kHalf>, U, parts, stream, x, index, \
                                  num_groups, g, packed, scales)
   switch (unroll) {
     case 1: return MSA_Q(1);
@@ -78,8 +79,16 @@ template <typename T, bool kVec, bool kApplyG>
 LaunchStatus quantize_unrolled(int64_t num_groups, cudaStream_t stream, const T* x, GroupIndex index, float g,
                                uint32_t* packed, uint8_t* scales) {
   static const int parts = env_choice("MSA_NVFP4_QUANTIZE_PARTS", {1, 2}, 2);
-  if (parts == 1) return quantize_parts<T, kVec, kApplyG, 1>(num_groups, stream, x, index, g, packed, scales);
-  return quantize_parts<T, kVec, kApplyG, 2>(num_groups, stream, x, index, g, packed, scales);
+  // bf16 input with G = 1 (the KV-cache case) may round in packed fp16; MSA_NVFP4_QUANTIZE_HALF2=0 turns it off.
+  static const bool half_encode = env_choice("MSA_NVFP4_QUANTIZE_HALF2", {0, 1}, 1) == 1;
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && !kApplyG) {
+    if (half_encode) {
+      if (parts == 1) return quantize_parts<T, kVec, kApplyG, 1, true>(num_groups, stream, x, index, g, packed, scales);
+      return quantize_parts<T, kVec, kApplyG, 2, true>(num_groups, stream, x, index, g, packed, scales);
+    }
+  }
+  if (parts == 1) return quantize_parts<T, kVec, kApplyG, 1, false>(num_groups, stream, x, index, g, packed, scales);
+  return quantize_parts<T, kVec, kApplyG, 2, false>(num_groups, stream, x, index, g, packed, scales);
 }
 
 template <typename T>

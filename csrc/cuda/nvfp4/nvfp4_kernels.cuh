@@ -93,7 +93,7 @@ __device__ __forceinline__ void load_half_group(const T* src, float (&v)[Nvfp4Co
 
 // kParts threads share a group (2: each loads one dense 16-byte half; 1: a thread owns the whole group and
 // no shuffle is needed); kU parts per thread are loaded before any is used.
-template <typename T, bool kVectorized, bool kApplyGlobalScale, int kU, int kParts>
+template <typename T, bool kVectorized, bool kApplyGlobalScale, int kU, int kParts, bool kHalfEncode>
 __global__ void __launch_bounds__(Nvfp4Config::kThreads)
     nvfp4_quantize_kernel(const T* __restrict__ x, GroupIndex x_index, int64_t num_groups, float global_scale,
                           uint32_t* __restrict__ packed, uint8_t* __restrict__ scales) {
@@ -151,7 +151,14 @@ __global__ void __launch_bounds__(Nvfp4Config::kThreads)
             // |RN(1/s) * s - 1| < 2^-24. So the code is the same; the tests check ties in every dtype.
             const float q0 = kNeedsCorrection ? div_by_scale(t0, s, r) : __fmul_rn(t0, r);
             const float q1 = kNeedsCorrection ? div_by_scale(t1, s, r) : __fmul_rn(t1, r);
-            words[i / 8] |= e2m1x2_from_quotients(q0, q1, t0, t1) << (4 * (i % 8));
+            uint32_t byte;
+            if constexpr (kHalfEncode && !MSA_HW_FP4) {
+              static_assert(std::is_same_v<T, __nv_bfloat16> && !kApplyGlobalScale, "bf16 input, G = 1 only");
+              byte = e2m1x2_from_quotients_bf16in(q0, q1);
+            } else {
+              byte = e2m1x2_from_quotients(q0, q1, t0, t1);
+            }
+            words[i / 8] |= byte << (4 * (i % 8));
           }
         }
       }
