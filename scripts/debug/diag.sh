@@ -13,6 +13,6 @@ if ! python3 scripts/debug/throw_check.py cuda > /dev/null 2>&1; then
   python3 scripts/debug/throw_check.py cuda 2>&1 | grep -E "raised|Fatal"
 fi
 ncu --clock-control none -k regex:quantize --launch-skip 3 --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats python3 scripts/profile_nvfp4.py quantize 2>&1 | grep -v "^==PROF==" | grep -E "Throughput|Duration|Occupancy|Registers|Stall|Warp Cycles|Issued|Block Limit|Eligible|Active Warps" | head -40
-for p in 2 1; do for u in 1 2 4 8; do
-  echo "== quantize parts $p unroll $u: $(MSA_NVFP4_QUANTIZE_PARTS=$p MSA_NVFP4_QUANTIZE_UNROLL=$u python3 bench/bench_nvfp4.py --sizes 1G --ops quantize 2>&1 | grep -E '^quantize')"
-done; done
+for v in "1 2 1" "1 2 2" "1 2 4" "1 2 8" "1 1 2" "1 1 4" "0 2 4" "0 1 4"; do set -- $v
+  echo "== quantize half2 $1 parts $2 unroll $3: $(MSA_NVFP4_QUANTIZE_HALF2=$1 MSA_NVFP4_QUANTIZE_PARTS=$2 MSA_NVFP4_QUANTIZE_UNROLL=$3 python3 bench/bench_nvfp4.py --sizes 1G --ops quantize 2>&1 | grep -E '^quantize')"
+done
