@@ -23,4 +23,13 @@ TORCH_LIBRARY(msa, m) {
   // NVFP4 (shared/SPEC.md §2). global_scale is used as an fp32 value.
   m.def("nvfp4_quantize(Tensor x, float global_scale=1.0) -> (Tensor packed, Tensor scales)");
   m.def("nvfp4_dequantize(Tensor packed, Tensor scales, ScalarType dtype, float global_scale=1.0) -> Tensor");
+
+  // Decode indexer (shared/SPEC.md §4-§5; contract in msa_ops/ops.py). Out-variants: the caller (the Python
+  // wrapper) preallocates `out` (TopK, int32 [H, B*Q, topk]) and the optional `scores_out` (fp32
+  // [H, B*Q, max_pages]), so that the CUDA op allocates nothing and can be captured in a CUDA graph.
+  m.def("index_decode(Tensor q_idx, Tensor index_k, Tensor? index_k_scales, Tensor page_table, Tensor seq_lens, "
+        "int topk, int init_blocks, int local_blocks, Tensor(a!) out, Tensor(b!)? scores_out) -> ()");
+  // TopK rows from precomputed page scores fp32 [H, T, max_pages] and the query positions int32 [T].
+  m.def("topk_select(Tensor scores, Tensor positions, int topk, int init_blocks, int local_blocks, "
+        "Tensor(a!) out) -> ()");
 }

@@ -20,3 +20,15 @@ def _nvfp4_dequantize_fake(packed: torch.Tensor, scales: torch.Tensor, dtype: to
                            global_scale: float = 1.0):
     lead = tuple(packed.shape[:-1])
     return packed.new_empty(lead + (packed.shape[-1] * 2,), dtype=dtype)
+
+
+@torch.library.register_fake("msa::index_decode")
+def _index_decode_fake(q_idx, index_k, index_k_scales, page_table, seq_lens, topk, init_blocks, local_blocks, out,
+                       scores_out) -> None:
+    # Writes out (and scores_out) in place; shapes are checked by the Python wrapper and the C++ op.
+    return None
+
+
+@torch.library.register_fake("msa::topk_select")
+def _topk_select_fake(scores, positions, topk, init_blocks, local_blocks, out) -> None:
+    return None

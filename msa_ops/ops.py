@@ -11,7 +11,7 @@ import math
 
 import torch
 
-__all__ = ["cuda_archs", "nvfp4_quantize", "nvfp4_dequantize"]
+__all__ = ["cuda_archs", "nvfp4_quantize", "nvfp4_dequantize", "index_decode", "topk_select"]
 
 _QUANT_INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _DEQUANT_OUTPUT_DTYPES = (torch.float8_e4m3fn, torch.bfloat16, torch.float32)
@@ -108,3 +108,216 @@ def nvfp4_dequantize(packed: torch.Tensor, scales: torch.Tensor, dtype: torch.dt
         raise ValueError(f"packed and scales must be on one device, got {packed.device} and {scales.device}")
     g = _check_global_scale(global_scale)
     return torch.ops.msa.nvfp4_dequantize(packed, scales, dtype, g)
+
+
+# ---- decode indexer (shared/SPEC.md §4-§5) ---------------------------------------------------------------
+
+PAGE_SIZE = 128       # tokens per page (= MSA block)
+INDEX_DIM = 128       # index head dim
+MAX_PAGES = 8192      # logical pages per request (1M tokens)
+MAX_QUERY_LEN = 16
+MAX_TOPK = 64
+_INDEX_HEADS = (1, 2, 4)
+
+
+def _check_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a Python int, got {type(value).__name__}")
+    return value
+
+
+def _check_topk_options(topk, init_blocks, local_blocks) -> None:
+    topk = _check_int("topk", topk)
+    init_blocks = _check_int("init_blocks", init_blocks)
+    local_blocks = _check_int("local_blocks", local_blocks)
+    if not 1 <= topk <= MAX_TOPK:
+        raise ValueError(f"topk must be in [1, {MAX_TOPK}], got {topk}")
+    if init_blocks < 0:
+        raise ValueError(f"init_blocks must be >= 0, got {init_blocks}")
+    if local_blocks < 1:
+        raise ValueError(f"local_blocks must be >= 1 (the local page is always selected), got {local_blocks}")
+    if init_blocks + local_blocks > topk:
+        raise ValueError(f"init_blocks + local_blocks must be <= topk, got {init_blocks} + {local_blocks} > {topk}")
+
+
+def _check_device(name: str, t: torch.Tensor, ref: torch.Tensor, ref_name: str) -> None:
+    if t.device != ref.device:
+        raise ValueError(f"{name} must be on the device of {ref_name} ({ref.device}), got {t.device}")
+
+
+def _check_inner_contiguous(name: str, t: torch.Tensor) -> None:
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"the last dimension of {name} must be contiguous (stride 1), got strides {t.stride()}")
+
+
+def _check_topk_out(out, heads: int, tokens: int, topk: int, ref: torch.Tensor, ref_name: str) -> torch.Tensor:
+    if out is None:
+        return torch.empty((heads, tokens, topk), dtype=torch.int32, device=ref.device)
+    out = _require_tensor("out", out)
+    if out.dtype != torch.int32:
+        raise TypeError(f"out must be int32, got {out.dtype}")
+    if tuple(out.shape) != (heads, tokens, topk):
+        raise ValueError(f"out must have shape {(heads, tokens, topk)} (heads, tokens, topk), got {tuple(out.shape)}")
+    _check_device("out", out, ref, ref_name)
+    return out
+
+
+def index_decode(q_idx: torch.Tensor, index_k: torch.Tensor, page_table: torch.Tensor, seq_lens: torch.Tensor, *,
+                 index_k_scales: torch.Tensor | None = None, topk: int = 16, init_blocks: int = 0,
+                 local_blocks: int = 1, out: torch.Tensor | None = None,
+                 scores_out: torch.Tensor | None = None) -> torch.Tensor:
+    """MSA decode indexer: score every visible page, select the TopK pages per (index head, query token).
+
+    Args:
+        q_idx: ``[B, Q, H, 128]`` index queries, float8_e4m3fn or bfloat16; Q in 1..16, H in {1, 2, 4} index
+            heads (each selects for its own KV head; one shared index-key head). Any strides with a
+            contiguous last dimension.
+        index_k: the paged index-key cache, one of: NVFP4 uint8 ``[P, 128, 64]`` (with ``index_k_scales``),
+            float8_e4m3fn ``[P, 128, 128]``, bfloat16 ``[P, 128, 128]``. E4M3 ``q_idx`` goes with NVFP4 or
+            E4M3 keys, BF16 ``q_idx`` with BF16 keys. Any strides with a contiguous last dimension (e.g. a view
+            into a bigger cache allocation).
+        page_table: int32 ``[B, max_pages]`` (max_pages in 1..8192), contiguous last dimension: logical page
+            ``j`` of request ``b`` is physical page ``page_table[b, j]``. Entries past each request's last
+            needed page (its last token's local page) are never read and may hold anything (e.g. -1).
+        seq_lens: int32 ``[B]``, contiguous: the request's length *including* this step's Q tokens.
+        index_k_scales: float8_e4m3fn ``[P, 128, 8]`` for NVFP4 keys (one scale per 16 elements), else None.
+        topk, init_blocks, local_blocks: the TopK row layout (below); defaults give the MSA v1 contract.
+        out: optional int32 ``[H, B*Q, topk]`` to write into; any strides (e.g. ``buf.transpose(0, 1)`` of a
+            ``[B*Q, H, topk]`` buffer). Allocated when None.
+        scores_out: optional float32 ``[H, B*Q, max_pages]`` (contiguous last dimension) that receives every
+            page score (for tests, and for engines that want them). Every element is written.
+
+    Returns:
+        ``out``: int32 ``[H, B*Q, topk]`` logical page ids, head-major.
+
+    Semantics (shared/SPEC.md §4-§5; :mod:`msa_ops.reference.indexer` is the executable definition):
+        Token ``i`` of request ``b`` (row ``t = b*Q + i``) sits at ``pos = seq_lens[b] - Q + i``; its local
+        page is ``pos // 128`` and it sees keys at positions ``<= pos``. ``pos < 0`` (``seq_lens[b] < Q``,
+        e.g. graph padding with ``seq_lens = 0``) marks a padding token: all scores ``-inf``, TopK row all -1.
+        Page score (index head h) = max over the page's visible keys of the fp32 dot product
+        ``q_idx[b, i, h] . k``, with NVFP4 keys dequantized to E4M3 first (``e4m3_rne_satfinite(e2m1 * s)``);
+        FP8/NVFP4 scores are unscaled, BF16 scores are multiplied by ``1/sqrt(128)``. Pages past the local
+        page score ``-inf``. The TopK row has ``n = min(topk, local + 1)`` valid entries then -1: when
+        ``local + 1 <= topk`` it is ``0, 1, ..., local``; otherwise ``[0 .. init_blocks-1]`` (forced), then the
+        ``topk - init_blocks - local_blocks`` highest-scoring history pages among
+        ``init_blocks .. local - local_blocks`` (ties to the lower page id, NaN ranks as -inf; written best
+        first, but only the set is part of the contract), then ``[local - local_blocks + 1 .. local]``
+        (forced, ascending: the local page is the last valid entry).
+
+    Requires ``seq_lens[b] <= max_pages * 128`` and valid physical page ids for the pages read; the CPU op
+    checks these values and raises, the CUDA op does not read device values on the host (no sync).
+    """
+    q_idx = _require_tensor("q_idx", q_idx)
+    index_k = _require_tensor("index_k", index_k)
+    page_table = _require_tensor("page_table", page_table)
+    seq_lens = _require_tensor("seq_lens", seq_lens)
+    _check_topk_options(topk, init_blocks, local_blocks)
+
+    if q_idx.dtype not in (torch.float8_e4m3fn, torch.bfloat16):
+        raise TypeError(f"q_idx must be float8_e4m3fn or bfloat16, got {q_idx.dtype}")
+    if q_idx.dim() != 4 or q_idx.shape[3] != INDEX_DIM:
+        raise ValueError(f"q_idx must have shape [B, Q, H, {INDEX_DIM}], got {tuple(q_idx.shape)}")
+    batch, q_len, heads, _ = q_idx.shape
+    if not 1 <= q_len <= MAX_QUERY_LEN:
+        raise ValueError(f"q_idx's query length Q (dim 1) must be in [1, {MAX_QUERY_LEN}], got {q_len}")
+    if heads not in _INDEX_HEADS:
+        raise ValueError(f"q_idx's index head count H (dim 2) must be 1, 2 or 4, got {heads}")
+    _check_inner_contiguous("q_idx", q_idx)
+
+    if index_k.dtype not in (torch.uint8, torch.float8_e4m3fn, torch.bfloat16):
+        raise TypeError(f"index_k must be uint8 (NVFP4), float8_e4m3fn or bfloat16, got {index_k.dtype}")
+    nvfp4 = index_k.dtype == torch.uint8
+    key_width = INDEX_DIM // 2 if nvfp4 else INDEX_DIM
+    if index_k.dim() != 3 or tuple(index_k.shape[1:]) != (PAGE_SIZE, key_width):
+        raise ValueError(f"index_k must have shape [P, {PAGE_SIZE}, {key_width}] for "
+                         f"{'NVFP4' if nvfp4 else 'E4M3/BF16'} keys, got {tuple(index_k.shape)}")
+    _check_inner_contiguous("index_k", index_k)
+    _check_device("index_k", index_k, q_idx, "q_idx")
+    if nvfp4:
+        if index_k_scales is None:
+            raise ValueError("NVFP4 (uint8) index_k needs index_k_scales")
+        index_k_scales = _require_tensor("index_k_scales", index_k_scales)
+        if index_k_scales.dtype != torch.float8_e4m3fn:
+            raise TypeError(f"index_k_scales must be float8_e4m3fn, got {index_k_scales.dtype}")
+        expected = (index_k.shape[0], PAGE_SIZE, INDEX_DIM // 16)
+        if tuple(index_k_scales.shape) != expected:
+            raise ValueError(f"index_k_scales must have shape {expected} to match index_k, got "
+                             f"{tuple(index_k_scales.shape)}")
+        _check_inner_contiguous("index_k_scales", index_k_scales)
+        _check_device("index_k_scales", index_k_scales, q_idx, "q_idx")
+    elif index_k_scales is not None:
+        raise ValueError("index_k_scales is only used with NVFP4 (uint8) index_k; E4M3/BF16 index keys are unscaled")
+    if (q_idx.dtype == torch.bfloat16) != (index_k.dtype == torch.bfloat16):
+        raise TypeError(f"q_idx ({q_idx.dtype}) and index_k ({index_k.dtype}) do not go together: float8_e4m3fn "
+                        "q_idx needs float8_e4m3fn or NVFP4 (uint8) index_k, bfloat16 q_idx needs bfloat16 index_k")
+
+    if page_table.dtype != torch.int32:
+        raise TypeError(f"page_table must be int32, got {page_table.dtype}")
+    if page_table.dim() != 2 or page_table.shape[0] != batch:
+        raise ValueError(f"page_table must have shape [B = {batch}, max_pages], got {tuple(page_table.shape)}")
+    max_pages = page_table.shape[1]
+    if not 1 <= max_pages <= MAX_PAGES:
+        raise ValueError(f"page_table's max_pages must be in [1, {MAX_PAGES}], got {max_pages}")
+    _check_inner_contiguous("page_table", page_table)
+    _check_device("page_table", page_table, q_idx, "q_idx")
+    if seq_lens.dtype != torch.int32:
+        raise TypeError(f"seq_lens must be int32, got {seq_lens.dtype}")
+    if seq_lens.dim() != 1 or seq_lens.shape[0] != batch:
+        raise ValueError(f"seq_lens must have shape [B = {batch}], got {tuple(seq_lens.shape)}")
+    if batch > 1 and seq_lens.stride(0) != 1:
+        raise ValueError(f"seq_lens must be contiguous, got stride {seq_lens.stride(0)}")
+    _check_device("seq_lens", seq_lens, q_idx, "q_idx")
+
+    tokens = batch * q_len
+    out = _check_topk_out(out, heads, tokens, topk, q_idx, "q_idx")
+    if scores_out is not None:
+        scores_out = _require_tensor("scores_out", scores_out)
+        if scores_out.dtype != torch.float32:
+            raise TypeError(f"scores_out must be float32, got {scores_out.dtype}")
+        if tuple(scores_out.shape) != (heads, tokens, max_pages):
+            raise ValueError(f"scores_out must have shape {(heads, tokens, max_pages)} (heads, B * Q, max_pages), "
+                             f"got {tuple(scores_out.shape)}")
+        _check_inner_contiguous("scores_out", scores_out)
+        _check_device("scores_out", scores_out, q_idx, "q_idx")
+    torch.ops.msa.index_decode(q_idx, index_k, index_k_scales, page_table, seq_lens, topk, init_blocks,
+                               local_blocks, out, scores_out)
+    return out
+
+
+def topk_select(scores: torch.Tensor, positions: torch.Tensor, *, topk: int = 16, init_blocks: int = 0,
+                local_blocks: int = 1, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The selection step of :func:`index_decode` on its own, for page scores computed elsewhere.
+
+    Args:
+        scores: float32 ``[H, T, max_pages]`` page scores (max_pages in 1..8192), contiguous last dimension.
+            Only the history candidates ``init_blocks .. local - local_blocks`` of each row are read.
+        positions: int32 ``[T]``, contiguous: each query token's position (decode: ``seq_lens[b] - Q + i``;
+            prefill: ``prefix_len + i``); its local page is ``pos // 128``; ``pos < 0`` marks a padding token
+            (TopK row all -1). Requires ``pos < max_pages * 128`` (checked by the CPU op only).
+        topk, init_blocks, local_blocks, out: as in :func:`index_decode` (``out`` int32 ``[H, T, topk]``, any
+            strides).
+
+    Returns:
+        ``out``: int32 ``[H, T, topk]``, rows exactly as :func:`index_decode` builds them from its scores.
+    """
+    scores = _require_tensor("scores", scores)
+    positions = _require_tensor("positions", positions)
+    _check_topk_options(topk, init_blocks, local_blocks)
+    if scores.dtype != torch.float32:
+        raise TypeError(f"scores must be float32, got {scores.dtype}")
+    if scores.dim() != 3:
+        raise ValueError(f"scores must have shape [H, T, max_pages], got {tuple(scores.shape)}")
+    heads, tokens, max_pages = scores.shape
+    if not 1 <= max_pages <= MAX_PAGES:
+        raise ValueError(f"scores' max_pages must be in [1, {MAX_PAGES}], got {max_pages}")
+    _check_inner_contiguous("scores", scores)
+    if positions.dtype != torch.int32:
+        raise TypeError(f"positions must be int32, got {positions.dtype}")
+    if positions.dim() != 1 or positions.shape[0] != tokens:
+        raise ValueError(f"positions must have shape [T = {tokens}], got {tuple(positions.shape)}")
+    if tokens > 1 and positions.stride(0) != 1:
+        raise ValueError(f"positions must be contiguous, got stride {positions.stride(0)}")
+    _check_device("positions", positions, scores, "scores")
+    out = _check_topk_out(out, heads, tokens, topk, scores, "scores")
+    torch.ops.msa.topk_select(scores, positions, topk, init_blocks, local_blocks, out)
+    return out
