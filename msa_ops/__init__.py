@@ -7,6 +7,8 @@ custom ops (CPU kernels always; CUDA kernels when built with CUDA). The typed Py
 
 from __future__ import annotations
 
+import ctypes
+import os
 from pathlib import Path
 
 import torch
@@ -14,7 +16,25 @@ import torch
 __version__ = "0.1.0"
 
 
+def _share_libstdcxx() -> None:
+    """Put the process's libstdc++ in the global symbol scope before loading _C.
+
+    On the H200 machine (GCC 13 headers, C++20) the compiled library carries weak copies of some libstdc++
+    template instantiations (std::ostream::_M_insert<long> and friends). Loaded with RTLD_LOCAL, _C then
+    bound to its own copies, and the first error message that formatted an integer crashed inside them.
+    With libstdc++ global, every reference resolves to the one runtime copy. Set MSA_OPS_NO_LIBSTDCXX_PRELOAD=1
+    to skip (for diagnosis).
+    """
+    if os.environ.get("MSA_OPS_NO_LIBSTDCXX_PRELOAD") == "1":
+        return
+    try:
+        ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
+    except OSError:
+        pass  # not a glibc/libstdc++ system: nothing to share
+
+
 def _load_library() -> None:
+    _share_libstdcxx()
     here = Path(__file__).resolve().parent
     candidates = sorted(here.glob("_C*.so"))
     if not candidates:

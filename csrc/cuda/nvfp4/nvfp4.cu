@@ -49,7 +49,8 @@ LaunchStatus launch(void (*kernel)(KernelArgs...), int64_t num_parts, cudaStream
 }
 
 // Benchmark knobs for the quantize kernel, read once: MSA_NVFP4_QUANTIZE_UNROLL in {1, 2, 4, 8} (parts per
-// thread, default 4) and MSA_NVFP4_QUANTIZE_PARTS in {1, 2} (threads per group, default 2).
+// thread) and MSA_NVFP4_QUANTIZE_PARTS in {1, 2} (threads per group). Defaults 2 and 1: fastest in the H200
+// sweep of 2026-12-02 (bench/NOTES.md).
 int env_choice(const char* name, std::initializer_list<int> allowed, int fallback) {
   const char* env = std::getenv(name);
   const int v = env ? std::atoi(env) : fallback;
@@ -62,7 +63,7 @@ int env_choice(const char* name, std::initializer_list<int> allowed, int fallbac
 template <typename T, bool kVec, bool kApplyG, int kParts, bool kHalf>
 LaunchStatus quantize_parts(int64_t num_groups, cudaStream_t stream, const T* x, GroupIndex index, float g,
                             uint32_t* packed, uint8_t* scales) {
-  static const int unroll = env_choice("MSA_NVFP4_QUANTIZE_UNROLL", {1, 2, 4, 8}, 4);
+  static const int unroll = env_choice("MSA_NVFP4_QUANTIZE_UNROLL", {1, 2, 4, 8}, 2);
   const int64_t parts = kParts * num_groups;
 #define MSA_Q(U) launch_unrolled(nvfp4_quantize_kernel<T, kVec, kApplyG, U, kParts, kHalf>, U, parts, stream, x, index, \
                                  num_groups, g, packed, scales)
@@ -78,7 +79,7 @@ LaunchStatus quantize_parts(int64_t num_groups, cudaStream_t stream, const T* x,
 template <typename T, bool kVec, bool kApplyG>
 LaunchStatus quantize_unrolled(int64_t num_groups, cudaStream_t stream, const T* x, GroupIndex index, float g,
                                uint32_t* packed, uint8_t* scales) {
-  static const int parts = env_choice("MSA_NVFP4_QUANTIZE_PARTS", {1, 2}, 2);
+  static const int parts = env_choice("MSA_NVFP4_QUANTIZE_PARTS", {1, 2}, 1);
   // bf16 input with G = 1 (the KV-cache case) may round in packed fp16; MSA_NVFP4_QUANTIZE_HALF2=0 turns it off.
   static const bool half_encode = env_choice("MSA_NVFP4_QUANTIZE_HALF2", {0, 1}, 1) == 1;
   if constexpr (std::is_same_v<T, __nv_bfloat16> && !kApplyG) {
@@ -111,12 +112,15 @@ LaunchStatus dequantize_mode(const DequantizeArgs& a, int sm_count, cudaStream_t
   const int64_t num_groups = a.rows * packed_index.groups_per_row;
   const float inverse = 1.0f / a.global_scale;  // used only when exact (power-of-two G)
   const int64_t num_parts = num_groups * (kGroup / kDequantElems<kOut>);
+  // Parts per thread: benchmark knob MSA_NVFP4_DEQUANT_UNROLL in {1, 2, 4} (read once), default 4.
+  static const int unroll = env_choice("MSA_NVFP4_DEQUANT_UNROLL", {1, 2, 4}, 4);
+#define MSA_D(VEC, U) launch_unrolled(nvfp4_dequantize_kernel<kOut, kMode, VEC, U>, U, num_parts, stream, a.packed, \
+                                      packed_index, a.scales, scale_index, num_groups, a.global_scale, inverse, a.out)
   if (aligned(a.packed, a.packed_row_stride, kDequantElems<kOut> / 2)) {
-    return launch(nvfp4_dequantize_kernel<kOut, kMode, true>, num_parts, stream, a.packed, packed_index,
-                  a.scales, scale_index, num_groups, a.global_scale, inverse, a.out);
+    return unroll == 1 ? MSA_D(true, 1) : unroll == 2 ? MSA_D(true, 2) : MSA_D(true, 4);
   }
-  return launch(nvfp4_dequantize_kernel<kOut, kMode, false>, num_parts, stream, a.packed, packed_index,
-                a.scales, scale_index, num_groups, a.global_scale, inverse, a.out);
+  return MSA_D(false, 4);
+#undef MSA_D
 }
 
 template <DequantOut kOut>

@@ -37,12 +37,9 @@ struct GroupIndex {
 
 enum class GlobalScaleMode { kNone, kExactInverse, kDivide };
 
-// Iterates block-uniform batches of kThreads * kUnroll parts: every lane runs the same number of iterations
-// (the pair shuffle needs all lanes). The launcher sizes the grid to cover everything in one batch per block
-// (no persistent grid: a grid-stride grid larger than what is resident ran in uneven waves).
-#define MSA_FOR_EACH_BATCH(total, first)                                                                        \
-  for (int64_t first = int64_t(blockIdx.x) * blockDim.x * Nvfp4Config::kUnroll; first < (total);                \
-       first += int64_t(gridDim.x) * blockDim.x * Nvfp4Config::kUnroll)
+// Each loop runs over block-uniform batches of kThreads * kU parts, so every lane runs the same number of
+// iterations (the pair shuffle needs all lanes). The launcher sizes the grid to cover everything in one batch
+// per block: a grid-stride grid larger than what is resident ran in uneven waves (bench/NOTES.md).
 
 // RN(v / 6) without a division: Markstein's correction of v * RN(1/6) is the correctly rounded quotient (no
 // underflow matters here: E4M3 flushes everything below 2^-10 anyway); +Inf passes through.
@@ -183,15 +180,15 @@ enum class DequantOut { kE4M3, kBF16, kF32 };
 template <DequantOut kOut>
 constexpr int kDequantElems = kOut == DequantOut::kE4M3 ? kGroup : Nvfp4Config::kHalf;
 
-template <DequantOut kOut, GlobalScaleMode kMode, bool kVectorized>
+template <DequantOut kOut, GlobalScaleMode kMode, bool kVectorized, int kU>
 __global__ void __launch_bounds__(Nvfp4Config::kThreads)
     nvfp4_dequantize_kernel(const uint8_t* __restrict__ packed, GroupIndex packed_index,
                             const uint8_t* __restrict__ scales, GroupIndex scale_index, int64_t num_groups,
                             float global_scale, float inverse_global_scale, void* __restrict__ out) {
-  constexpr int kU = Nvfp4Config::kUnroll;
   constexpr int kElems = kDequantElems<kOut>, kWords = kElems / 8, kParts = kGroup / kElems;
   const int64_t num_parts = kParts * num_groups;
-  MSA_FOR_EACH_BATCH(num_parts, first) {
+  for (int64_t first = int64_t(blockIdx.x) * blockDim.x * kU; first < num_parts;
+       first += int64_t(gridDim.x) * blockDim.x * kU) {
     uint32_t codes[kU][kWords];
     uint8_t scale_bits[kU];
 #pragma unroll
@@ -269,6 +266,5 @@ __global__ void __launch_bounds__(Nvfp4Config::kThreads)
   }
 }
 
-#undef MSA_FOR_EACH_BATCH
 
 }  // namespace msa::nvfp4
