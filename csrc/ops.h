@@ -22,6 +22,12 @@ void topk_select_cpu(const at::Tensor& scores, const at::Tensor& positions, int6
                      int64_t local_blocks, const at::Tensor& out);
 
 #ifdef MSA_WITH_CUDA
+void index_decode_cuda(const at::Tensor& q_idx, const at::Tensor& index_k,
+                       const std::optional<at::Tensor>& index_k_scales, const at::Tensor& page_table,
+                       const at::Tensor& seq_lens, int64_t topk, int64_t init_blocks, int64_t local_blocks,
+                       const at::Tensor& out, const std::optional<at::Tensor>& scores_out);
+void topk_select_cuda(const at::Tensor& scores, const at::Tensor& positions, int64_t topk, int64_t init_blocks,
+                      int64_t local_blocks, const at::Tensor& out);
 std::tuple<at::Tensor, at::Tensor> nvfp4_quantize_cuda(const at::Tensor& x, double global_scale);
 at::Tensor nvfp4_dequantize_cuda(const at::Tensor& packed, const at::Tensor& scales, at::ScalarType dtype,
                                  double global_scale);

@@ -1,0 +1,343 @@
+// Decode indexer kernels: page scores with tensor-core MMA, then a per-row exact top-k. No torch includes.
+//
+// Scores (one CTA per (request, chunk of kPagesPerCta pages)): the request's Q x H query rows sit in shared
+// memory for the whole CTA; per page the 128 index keys are loaded (NVFP4 decoded to E4M3 on the way, exactly
+// as the MSA Q8KV4 dequant), 8 warps each multiply 16 keys against every query row (mma.sync m16n8k32 E4M3,
+// or m16n8k16 BF16, fp32 accumulate), mask the local page causally, and reduce to one max per query row.
+// Hopper has no FP4 MMA, so decoding to E4M3 in shared memory is the price of NVFP4 keys there.
+//
+// Select (one CTA per (head, token) row): the K-th largest history score is found by a 32-step bitwise
+// search over order-preserving integer keys with block-wide counts; pages above it, then the lowest-id pages
+// equal to it, are written. Exact, deterministic, ties to the lower page id, NaN ranked as -inf.
+#pragma once
+
+#include <cfloat>
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/common/nvfp4.cuh"
+#include "cuda/index/index_launch.h"
+
+namespace msa::index {
+
+struct ScoreConfig {
+  static constexpr int kThreads = 256;  // 8 warps; warp w owns keys [16 w, 16 w + 16) of a page
+  static constexpr int kPage = 128;
+  static constexpr int kDim = 128;
+  static constexpr int kMaxRows = 64;  // Q x H <= 16 x 4
+  static constexpr int kPagesPerCta = 4;
+  static constexpr int kPadBytes = 16;  // row padding: conflict-free fragment loads (row stride = 4 banks mod 32)
+};
+
+template <KeyKind kKeys>
+struct ScoreTraits {
+  static constexpr bool kBF16 = kKeys == KeyKind::kBF16;
+  static constexpr int kElemBytes = kBF16 ? 2 : 1;
+  static constexpr int kRowBytes = ScoreConfig::kDim * kElemBytes + ScoreConfig::kPadBytes;
+  static constexpr int kKStep = kBF16 ? 16 : 32;  // MMA k per instruction
+  static constexpr int kSmemBytes = (ScoreConfig::kPage + ScoreConfig::kMaxRows) * kRowBytes +
+                                    (ScoreConfig::kThreads / 32) * ScoreConfig::kMaxRows * 4;
+};
+
+__device__ __forceinline__ void mma_e4m3_16x8x32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void mma_bf16_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ uint32_t lds32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// Loads page `physical`'s 128 keys into the padded shared tile (E4M3 bytes, or BF16), 256 threads.
+template <KeyKind kKeys>
+__device__ __forceinline__ void load_page_keys(const ScoreArgs& a, int64_t physical, uint8_t* tile) {
+  using Tr = ScoreTraits<kKeys>;
+  const int token = threadIdx.x >> 1, half = threadIdx.x & 1;  // each thread: 64 dims of one key
+  const uint8_t* key_base = static_cast<const uint8_t*>(a.keys) +
+                            (physical * a.key_stride_page + token * a.key_stride_token) * Tr::kElemBytes;
+  uint8_t* dst = tile + token * Tr::kRowBytes + half * 64 * Tr::kElemBytes;
+  if constexpr (kKeys == KeyKind::kNvfp4) {
+    const uint4* src = reinterpret_cast<const uint4*>(key_base + half * 32);  // 64 codes = 32 bytes
+    const uint4 c0 = __ldg(src), c1 = __ldg(src + 1);
+    const uint32_t scale_word = __ldg(reinterpret_cast<const uint32_t*>(
+        a.key_scales + physical * a.scale_stride_page + token * a.scale_stride_token + half * 4));
+    const uint32_t codes[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {  // 4 groups of 16 codes, one E4M3 scale each
+      const __half2 scale = nvfp4::e4m3_to_half2(static_cast<uint8_t>(scale_word >> (8 * g)));
+      uint32_t out[4];
+#pragma unroll
+      for (int w = 0; w < 2; ++w) {
+        uint32_t halves[4];
+        nvfp4::e2m1x8_to_half2x4(codes[2 * g + w], halves);
+        uint32_t prod[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const __half2 p = __hmul2(*reinterpret_cast<const __half2*>(&halves[i]), scale);  // exact
+          prod[i] = *reinterpret_cast<const uint32_t*>(&p);
+        }
+        out[2 * w] = nvfp4::half2_to_e4m3x2(prod[0]) | (nvfp4::half2_to_e4m3x2(prod[1]) << 16);
+        out[2 * w + 1] = nvfp4::half2_to_e4m3x2(prod[2]) | (nvfp4::half2_to_e4m3x2(prod[3]) << 16);
+      }
+      *reinterpret_cast<uint4*>(dst + 16 * g) = make_uint4(out[0], out[1], out[2], out[3]);
+    }
+  } else {
+    constexpr int kVecs = 64 * Tr::kElemBytes / 16;  // 4 (E4M3) or 8 (BF16) 16-byte vectors
+    const uint4* src = reinterpret_cast<const uint4*>(key_base + half * 64 * Tr::kElemBytes);
+    uint4 v[kVecs];
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) v[i] = __ldg(src + i);
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) reinterpret_cast<uint4*>(dst)[i] = v[i];
+  }
+}
+
+template <KeyKind kKeys, int kMTiles>
+__global__ void __launch_bounds__(ScoreConfig::kThreads) index_scores_kernel(const ScoreArgs a) {
+  using Tr = ScoreTraits<kKeys>;
+  using C = ScoreConfig;
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint8_t* key_tile = smem;                                  // [128][kRowBytes]
+  uint8_t* q_tile = smem + C::kPage * Tr::kRowBytes;         // [kMTiles * 16][kRowBytes]
+  float* row_max = reinterpret_cast<float*>(q_tile + C::kMaxRows * Tr::kRowBytes);  // [8 warps][64]
+
+  const int b = blockIdx.y;
+  const int rows = a.q_len * a.heads;  // query row r = i * H + h
+  const int32_t seq_len = a.seq_lens[b];
+  const int needed = seq_len >= 1 ? (seq_len - 1) / C::kPage + 1 : 0;  // pages up to the last token's local
+  const int limit = a.write_all_pages ? a.max_pages : min(needed, a.max_pages);
+  const int first_page = blockIdx.x * C::kPagesPerCta;
+  if (first_page >= limit) return;
+  const int last_page = min(first_page + C::kPagesPerCta, limit);
+
+  // Query rows into shared memory (zero rows pad the last M tile).
+  for (int chunk = threadIdx.x; chunk < kMTiles * 16 * (C::kDim * Tr::kElemBytes / 16); chunk += C::kThreads) {
+    const int r = chunk / (C::kDim * Tr::kElemBytes / 16), c = chunk % (C::kDim * Tr::kElemBytes / 16);
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (r < rows) {
+      const int i = r / a.heads, h = r % a.heads;
+      const uint8_t* src = static_cast<const uint8_t*>(a.q) +
+                           (int64_t(b) * a.q_stride_b + int64_t(i) * a.q_stride_q + int64_t(h) * a.q_stride_h) *
+                               Tr::kElemBytes;
+      v = __ldg(reinterpret_cast<const uint4*>(src) + c);
+    }
+    *reinterpret_cast<uint4*>(q_tile + r * Tr::kRowBytes + 16 * c) = v;
+  }
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane >> 2, quad = lane & 3;
+  for (int page = first_page; page < last_page; ++page) {
+    const bool has_keys = page < needed;
+    const int32_t physical = has_keys ? a.page_table[int64_t(b) * a.page_table_stride + page] : -1;
+    const bool valid = physical >= 0 && physical < a.physical_pages;  // out-of-range ids give NaN scores
+    __syncthreads();  // previous page's tile fully consumed (and the query tile written, first time)
+    if (has_keys && valid) load_page_keys<kKeys>(a, physical, key_tile);
+    __syncthreads();
+
+    // acc[m][n][4]: rows 16 m + group (+8), keys 16 warp + 8 n + 2 quad (+1).
+    float acc[kMTiles][2][4];
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[m][n][j] = 0.0f;
+    if (has_keys && valid) {
+#pragma unroll
+      for (int k0 = 0; k0 < C::kDim; k0 += Tr::kKStep) {
+        constexpr int kHalfK = 16;  // bytes between a fragment's two k halves (16 E4M3 or 8 BF16 elements)
+        const int kbyte = k0 * Tr::kElemBytes + quad * 4;
+        uint32_t bfrag[2][2];
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          const uint8_t* key_row = key_tile + (16 * warp + 8 * n + group) * Tr::kRowBytes;
+          bfrag[n][0] = lds32(key_row + kbyte);
+          bfrag[n][1] = lds32(key_row + kbyte + kHalfK);
+        }
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m) {
+          const uint8_t* q_row = q_tile + (16 * m + group) * Tr::kRowBytes;
+          const uint32_t afrag[4] = {lds32(q_row + kbyte), lds32(q_row + 8 * Tr::kRowBytes + kbyte),
+                                     lds32(q_row + kbyte + kHalfK),
+                                     lds32(q_row + 8 * Tr::kRowBytes + kbyte + kHalfK)};
+#pragma unroll
+          for (int n = 0; n < 2; ++n) {
+            if constexpr (Tr::kBF16) {
+              mma_bf16_16x8x16(acc[m][n], afrag, bfrag[n]);
+            } else {
+              mma_e4m3_16x8x32(acc[m][n], afrag, bfrag[n]);
+            }
+          }
+        }
+      }
+    }
+
+    // Causal visibility on the local page, then max over this warp's 16 keys per query row.
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m) {
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        const int r = 16 * m + group + 8 * hi;
+        const int i = r / a.heads;
+        const int pos = seq_len - a.q_len + i;
+        const int local = pos >= 0 ? pos / C::kPage : -1;
+        const int visible = (r >= rows || pos < 0 || page > local) ? 0 : (page < local ? C::kPage : pos % C::kPage + 1);
+        float best = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const int key = 16 * warp + 8 * n + 2 * quad + j;
+            if (key < visible) best = nvfp4::fmax_nan(best, acc[m][n][2 * hi + j]);
+          }
+        }
+        best = nvfp4::fmax_nan(best, __shfl_xor_sync(0xFFFFFFFFu, best, 1));
+        best = nvfp4::fmax_nan(best, __shfl_xor_sync(0xFFFFFFFFu, best, 2));
+        if (quad == 0 && r < C::kMaxRows) row_max[warp * C::kMaxRows + r] = best;
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < rows) {
+      const int r = threadIdx.x, i = r / a.heads, h = r % a.heads;
+      const int pos = seq_len - a.q_len + i;
+      const int local = pos >= 0 ? pos / C::kPage : -1;
+      float best = -INFINITY;
+      if (pos >= 0 && page <= local) {
+        if (!valid) {
+          best = NAN;
+        } else {
+#pragma unroll
+          for (int w = 0; w < C::kThreads / 32; ++w) best = nvfp4::fmax_nan(best, row_max[w * C::kMaxRows + r]);
+          if constexpr (Tr::kBF16) best *= 0.08838834764831845f;  // 1 / sqrt(128), after the max (monotone)
+        }
+      }
+      const int64_t t = int64_t(b) * a.q_len + i;
+      a.scores[h * a.scores_stride_h + t * a.scores_stride_t + page] = best;
+    }
+  }
+}
+
+// ---- select -------------------------------------------------------------------------------------------
+
+struct SelectConfig {
+  static constexpr int kThreads = 256;
+  static constexpr int kMaxPerThread = 32;  // 8192 pages / 256 threads
+};
+
+// Order-preserving key: larger score -> larger key; NaN ranks as -inf; -0 == +0.
+__device__ __forceinline__ uint32_t rank_key(float s) {
+  if (s != s) s = -INFINITY;
+  if (s == 0.0f) s = 0.0f;
+  const uint32_t bits = __float_as_uint(s);
+  return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+}
+
+// Sum over the block.
+__device__ __forceinline__ int block_sum(int value, int* warp_sums) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) value += __shfl_xor_sync(0xFFFFFFFFu, value, d);
+  __syncthreads();  // warp_sums free for reuse
+  if (lane == 0) warp_sums[warp] = value;
+  __syncthreads();
+  int total = 0;
+#pragma unroll
+  for (int w = 0; w < SelectConfig::kThreads / 32; ++w) total += warp_sums[w];
+  return total;
+}
+
+// Exclusive prefix sum over the block (thread order), and the total.
+__device__ __forceinline__ int block_exclusive_scan(int value, int* warp_sums, int& total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int inclusive = value;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int other = __shfl_up_sync(0xFFFFFFFFu, inclusive, d);
+    if (lane >= d) inclusive += other;
+  }
+  __syncthreads();  // warp_sums free for reuse
+  if (lane == 31) warp_sums[warp] = inclusive;
+  __syncthreads();
+  int offset = 0;
+  total = 0;
+  for (int w = 0; w < SelectConfig::kThreads / 32; ++w) {
+    if (w < warp) offset += warp_sums[w];
+    total += warp_sums[w];
+  }
+  return offset + inclusive - value;
+}
+
+__global__ void __launch_bounds__(SelectConfig::kThreads) topk_select_kernel(const SelectArgs a) {
+  __shared__ int warp_sums[SelectConfig::kThreads / 32];
+  const int row = blockIdx.x;
+  const int h = row / a.tokens, t = row % a.tokens;
+  const int pos = a.positions != nullptr ? a.positions[t] : a.seq_lens[t / a.q_len] - a.q_len + t % a.q_len;
+  int32_t* out = a.out + h * a.out_stride_h + int64_t(t) * a.out_stride_t;
+  const float* scores = a.scores + h * a.scores_stride_h + int64_t(t) * a.scores_stride_t;
+  const int local = pos >= 0 ? pos / 128 : -1;
+
+  if (pos < 0 || local + 1 <= a.topk) {  // padding, or every page fits: 0 .. local, then -1
+    for (int k = threadIdx.x; k < a.topk; k += blockDim.x) out[k * a.out_stride_k] = k <= local ? k : -1;
+    return;
+  }
+  const int first_window = local - a.local_blocks + 1;
+  const int history = a.topk - a.init_blocks - a.local_blocks;  // < candidates, since local + 1 > topk
+  for (int k = threadIdx.x; k < a.init_blocks; k += blockDim.x) out[k * a.out_stride_k] = k;
+  for (int k = threadIdx.x; k < a.local_blocks; k += blockDim.x) {
+    out[(a.init_blocks + history + k) * a.out_stride_k] = first_window + k;
+  }
+  if (history == 0) return;
+
+  // Candidates [init_blocks, first_window): a contiguous, ascending run per thread (thread order = id order).
+  const int candidates = first_window - a.init_blocks;
+  const int per_thread = (candidates + blockDim.x - 1) / blockDim.x;
+  const int begin = a.init_blocks + threadIdx.x * per_thread;
+  const int end = min(begin + per_thread, first_window);
+  uint32_t keys[SelectConfig::kMaxPerThread];
+#pragma unroll
+  for (int j = 0; j < SelectConfig::kMaxPerThread; ++j) {
+    keys[j] = (j < per_thread && begin + j < end) ? rank_key(scores[begin + j]) : 0u;  // 0: below every key
+  }
+  // threshold = the history-th largest key: the largest value with at least `history` keys >= it.
+  uint32_t threshold = 0u;
+  for (int bit = 31; bit >= 0; --bit) {
+    const uint32_t trial = threshold | (1u << bit);
+    int count = 0;
+#pragma unroll
+    for (int j = 0; j < SelectConfig::kMaxPerThread; ++j) count += (j < per_thread && keys[j] >= trial);
+    if (block_sum(count, warp_sums) >= history) threshold = trial;
+  }
+  int above = 0, equal = 0;
+#pragma unroll
+  for (int j = 0; j < SelectConfig::kMaxPerThread; ++j) {
+    above += (j < per_thread && begin + j < end && keys[j] > threshold);
+    equal += (j < per_thread && begin + j < end && keys[j] == threshold);
+  }
+  // Every key above the threshold (fewer than `history` of them), then the lowest-id keys equal to it.
+  int total_equal = 0, total_slots = 0;
+  const int equal_before = block_exclusive_scan(equal, warp_sums, total_equal);
+  const int equal_quota = history - block_sum(above, warp_sums);
+  const int equal_taken = max(0, min(equal, equal_quota - equal_before));
+  const int slot_before = block_exclusive_scan(above + equal_taken, warp_sums, total_slots);
+  int slot = a.init_blocks + slot_before;
+  int equal_seen = 0;
+#pragma unroll
+  for (int j = 0; j < SelectConfig::kMaxPerThread; ++j) {
+    if (j < per_thread && begin + j < end) {
+      const bool take = keys[j] > threshold || (keys[j] == threshold && equal_seen++ < equal_taken);
+      if (take) out[(slot++) * a.out_stride_k] = begin + j;
+    }
+  }
+}
+
+}  // namespace msa::index
