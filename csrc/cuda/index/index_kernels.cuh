@@ -286,8 +286,11 @@ __global__ void __launch_bounds__(SelectConfig::kThreads) topk_select_kernel(con
   const float* scores = a.scores + h * a.scores_stride_h + int64_t(t) * a.scores_stride_t;
   const int local = pos >= 0 ? pos / 128 : -1;
 
-  if (pos < 0 || local + 1 <= a.topk) {  // padding, or every page fits: 0 .. local, then -1
-    for (int k = threadIdx.x; k < a.topk; k += blockDim.x) out[k * a.out_stride_k] = k <= local ? k : -1;
+  // A token past the scores' pages (seq_lens beyond the page table; the CPU op raises, a kernel cannot)
+  // gets an all -1 row, like padding, rather than reading out of bounds.
+  if (pos < 0 || local >= a.max_pages || local + 1 <= a.topk) {  // padding, or every page fits: 0 .. local
+    const int last = local < a.max_pages ? local : -1;
+    for (int k = threadIdx.x; k < a.topk; k += blockDim.x) out[k * a.out_stride_k] = k <= last ? k : -1;
     return;
   }
   const int first_window = local - a.local_blocks + 1;
