@@ -59,23 +59,41 @@ __device__ __forceinline__ void mma_bf16_16x8x16(float (&d)[4], const uint32_t (
 
 __device__ __forceinline__ uint32_t lds32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-// Loads page `physical`'s 128 keys into the padded shared tile (E4M3 bytes, or BF16), 256 threads.
+// One thread's share of a page (64 dims of one key) in registers: fetched from global memory one page ahead,
+// committed (NVFP4: decoded to E4M3) to the shared tile once the tile is free.
 template <KeyKind kKeys>
-__device__ __forceinline__ void load_page_keys(const ScoreArgs& a, int64_t physical, uint8_t* tile) {
+struct PageFetch {
+  static constexpr int kVecs = kKeys == KeyKind::kNvfp4 ? 2 : 64 * ScoreTraits<kKeys>::kElemBytes / 16;
+  uint4 v[kVecs];
+  uint32_t scale_word;  // NVFP4: the 4 E4M3 scales of these 64 codes
+};
+
+template <KeyKind kKeys>
+__device__ __forceinline__ void fetch_page_keys(const ScoreArgs& a, int64_t physical, PageFetch<kKeys>& f) {
   using Tr = ScoreTraits<kKeys>;
-  const int token = threadIdx.x >> 1, half = threadIdx.x & 1;  // each thread: 64 dims of one key
+  const int token = threadIdx.x >> 1, half = threadIdx.x & 1;
   const uint8_t* key_base = static_cast<const uint8_t*>(a.keys) +
                             (physical * a.key_stride_page + token * a.key_stride_token) * Tr::kElemBytes;
+  const int64_t half_bytes = kKeys == KeyKind::kNvfp4 ? 32 : 64 * Tr::kElemBytes;
+  const uint4* src = reinterpret_cast<const uint4*>(key_base + half * half_bytes);
+#pragma unroll
+  for (int i = 0; i < PageFetch<kKeys>::kVecs; ++i) f.v[i] = __ldg(src + i);
+  if constexpr (kKeys == KeyKind::kNvfp4) {
+    f.scale_word = __ldg(reinterpret_cast<const uint32_t*>(
+        a.key_scales + physical * a.scale_stride_page + token * a.scale_stride_token + half * 4));
+  }
+}
+
+template <KeyKind kKeys>
+__device__ __forceinline__ void commit_page_keys(const PageFetch<kKeys>& f, uint8_t* tile) {
+  using Tr = ScoreTraits<kKeys>;
+  const int token = threadIdx.x >> 1, half = threadIdx.x & 1;
   uint8_t* dst = tile + token * Tr::kRowBytes + half * 64 * Tr::kElemBytes;
   if constexpr (kKeys == KeyKind::kNvfp4) {
-    const uint4* src = reinterpret_cast<const uint4*>(key_base + half * 32);  // 64 codes = 32 bytes
-    const uint4 c0 = __ldg(src), c1 = __ldg(src + 1);
-    const uint32_t scale_word = __ldg(reinterpret_cast<const uint32_t*>(
-        a.key_scales + physical * a.scale_stride_page + token * a.scale_stride_token + half * 4));
-    const uint32_t codes[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    const uint32_t codes[8] = {f.v[0].x, f.v[0].y, f.v[0].z, f.v[0].w, f.v[1].x, f.v[1].y, f.v[1].z, f.v[1].w};
 #pragma unroll
     for (int g = 0; g < 4; ++g) {  // 4 groups of 16 codes, one E4M3 scale each
-      const __half2 scale = nvfp4::e4m3_to_half2(static_cast<uint8_t>(scale_word >> (8 * g)));
+      const __half2 scale = nvfp4::e4m3_to_half2(static_cast<uint8_t>(f.scale_word >> (8 * g)));
       uint32_t out[4];
 #pragma unroll
       for (int w = 0; w < 2; ++w) {
@@ -93,13 +111,8 @@ __device__ __forceinline__ void load_page_keys(const ScoreArgs& a, int64_t physi
       *reinterpret_cast<uint4*>(dst + 16 * g) = make_uint4(out[0], out[1], out[2], out[3]);
     }
   } else {
-    constexpr int kVecs = 64 * Tr::kElemBytes / 16;  // 4 (E4M3) or 8 (BF16) 16-byte vectors
-    const uint4* src = reinterpret_cast<const uint4*>(key_base + half * 64 * Tr::kElemBytes);
-    uint4 v[kVecs];
 #pragma unroll
-    for (int i = 0; i < kVecs; ++i) v[i] = __ldg(src + i);
-#pragma unroll
-    for (int i = 0; i < kVecs; ++i) reinterpret_cast<uint4*>(dst)[i] = v[i];
+    for (int i = 0; i < PageFetch<kKeys>::kVecs; ++i) reinterpret_cast<uint4*>(dst)[i] = f.v[i];
   }
 }
 
@@ -136,13 +149,24 @@ __global__ void __launch_bounds__(ScoreConfig::kThreads) index_scores_kernel(con
   }
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane >> 2, quad = lane & 3;
+  // Physical page of logical `page`, or -1 when it has no keys to read (past the request, or an
+  // out-of-range id: those pages score NaN for the tokens that see them).
+  auto physical_of = [&](int page) -> int64_t {
+    if (page >= needed || page >= last_page) return -1;
+    const int32_t physical = a.page_table[int64_t(b) * a.page_table_stride + page];
+    return (physical >= 0 && physical < a.physical_pages) ? physical : -2;
+  };
+  PageFetch<kKeys> fetched;
+  int64_t next_physical = physical_of(first_page);
+  if (next_physical >= 0) fetch_page_keys<kKeys>(a, next_physical, fetched);
   for (int page = first_page; page < last_page; ++page) {
-    const bool has_keys = page < needed;
-    const int32_t physical = has_keys ? a.page_table[int64_t(b) * a.page_table_stride + page] : -1;
-    const bool valid = physical >= 0 && physical < a.physical_pages;  // out-of-range ids give NaN scores
+    const int64_t physical = next_physical;
+    const bool valid = physical >= 0;
     __syncthreads();  // previous page's tile fully consumed (and the query tile written, first time)
-    if (has_keys && valid) load_page_keys<kKeys>(a, physical, key_tile);
+    if (valid) commit_page_keys<kKeys>(fetched, key_tile);
     __syncthreads();
+    next_physical = physical_of(page + 1);  // the next page's loads fly while this page is multiplied
+    if (next_physical >= 0) fetch_page_keys<kKeys>(a, next_physical, fetched);
 
     // acc[m][n][4]: rows 16 m + group (+8), keys 16 warp + 8 n + 2 quad (+1).
     float acc[kMTiles][2][4];
@@ -152,7 +176,7 @@ __global__ void __launch_bounds__(ScoreConfig::kThreads) index_scores_kernel(con
       for (int n = 0; n < 2; ++n)
 #pragma unroll
         for (int j = 0; j < 4; ++j) acc[m][n][j] = 0.0f;
-    if (has_keys && valid) {
+    if (valid) {
 #pragma unroll
       for (int k0 = 0; k0 < C::kDim; k0 += Tr::kKStep) {
         constexpr int kHalfK = 16;  // bytes between a fragment's two k halves (16 E4M3 or 8 BF16 elements)
@@ -213,7 +237,7 @@ __global__ void __launch_bounds__(ScoreConfig::kThreads) index_scores_kernel(con
       const int local = pos >= 0 ? pos / C::kPage : -1;
       float best = -INFINITY;
       if (pos >= 0 && page <= local) {
-        if (!valid) {
+        if (!valid) {  // page <= local means the page has keys: its id was out of range
           best = NAN;
         } else {
 #pragma unroll
