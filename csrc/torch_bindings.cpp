@@ -32,4 +32,12 @@ TORCH_LIBRARY(msa, m) {
   // TopK rows from precomputed page scores fp32 [H, T, max_pages] and the query positions int32 [T].
   m.def("topk_select(Tensor scores, Tensor positions, int topk, int init_blocks, int local_blocks, "
         "Tensor(a!) out) -> ()");
+
+  // Sparse decode attention (shared/SPEC.md §4-§5; contract in msa_ops/ops.py). Out-variant: the caller
+  // preallocates `out` (bf16 [B*Q, Hq, 128]) and the optional `lse` (fp32 [B*Q, Hq]). `workspace` (uint8,
+  // 1-D) is scratch for the CUDA split-KV partial results, owned by the caller so that a captured CUDA graph
+  // allocates nothing; the CPU op ignores it.
+  m.def("sparse_decode(Tensor q, Tensor k, Tensor v, Tensor? k_scales, Tensor? v_scales, Tensor topk, "
+        "Tensor page_table, Tensor seq_lens, float sm_scale, Tensor(a!) out, Tensor(b!)? lse, "
+        "Tensor(c!)? workspace) -> ()");
 }

@@ -32,3 +32,11 @@ def _index_decode_fake(q_idx, index_k, index_k_scales, page_table, seq_lens, top
 @torch.library.register_fake("msa::topk_select")
 def _topk_select_fake(scores, positions, topk, init_blocks, local_blocks, out) -> None:
     return None
+
+
+@torch.library.register_fake("msa::sparse_decode")
+def _sparse_decode_fake(q, k, v, k_scales, v_scales, topk, page_table, seq_lens, sm_scale, out, lse,
+                        workspace) -> None:
+    # Writes out (and lse, and the CUDA workspace) in place; shapes are checked by the Python wrapper and the
+    # C++ op.
+    return None

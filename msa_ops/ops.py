@@ -11,7 +11,7 @@ import math
 
 import torch
 
-__all__ = ["cuda_archs", "nvfp4_quantize", "nvfp4_dequantize", "index_decode", "topk_select"]
+__all__ = ["cuda_archs", "nvfp4_quantize", "nvfp4_dequantize", "index_decode", "topk_select", "sparse_decode"]
 
 _QUANT_INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _DEQUANT_OUTPUT_DTYPES = (torch.float8_e4m3fn, torch.bfloat16, torch.float32)
@@ -321,3 +321,195 @@ def topk_select(scores: torch.Tensor, positions: torch.Tensor, *, topk: int = 16
     out = _check_topk_out(out, heads, tokens, topk, scores, "scores")
     torch.ops.msa.topk_select(scores, positions, topk, init_blocks, local_blocks, out)
     return out
+
+
+# ---- sparse decode attention (shared/SPEC.md §4-§5) ------------------------------------------------------
+
+HEAD_DIM = 128        # q / k / v head dim
+DEFAULT_SM_SCALE = 1.0 / math.sqrt(HEAD_DIM)
+
+
+def _check_kv_cache(name: str, cache: torch.Tensor, scales_name: str, scales, q: torch.Tensor):
+    """Checks one K or V cache (and its NVFP4 scales); returns the scales (None unless NVFP4)."""
+    if cache.dtype not in (torch.uint8, torch.float8_e4m3fn, torch.bfloat16):
+        raise TypeError(f"{name} must be uint8 (NVFP4), float8_e4m3fn or bfloat16, got {cache.dtype}")
+    nvfp4 = cache.dtype == torch.uint8
+    width = HEAD_DIM // 2 if nvfp4 else HEAD_DIM
+    if cache.dim() != 4 or tuple(cache.shape[2:]) != (PAGE_SIZE, width):
+        raise ValueError(f"{name} must have shape [P, Hkv, {PAGE_SIZE}, {width}] for "
+                         f"{'NVFP4' if nvfp4 else 'E4M3/BF16'} values, got {tuple(cache.shape)}")
+    _check_inner_contiguous(name, cache)
+    _check_device(name, cache, q, "q")
+    if nvfp4:
+        if scales is None:
+            raise ValueError(f"NVFP4 (uint8) {name} needs {scales_name}")
+        scales = _require_tensor(scales_name, scales)
+        if scales.dtype != torch.float8_e4m3fn:
+            raise TypeError(f"{scales_name} must be float8_e4m3fn, got {scales.dtype}")
+        expected = (cache.shape[0], cache.shape[1], PAGE_SIZE, HEAD_DIM // 16)
+        if tuple(scales.shape) != expected:
+            raise ValueError(f"{scales_name} must have shape {expected} to match {name}, got {tuple(scales.shape)}")
+        _check_inner_contiguous(scales_name, scales)
+        _check_device(scales_name, scales, q, "q")
+    elif scales is not None:
+        raise ValueError(f"{scales_name} is only used with NVFP4 (uint8) {name}; E4M3/BF16 values are unscaled")
+    return scales
+
+
+def sparse_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk: torch.Tensor, page_table: torch.Tensor,
+                  seq_lens: torch.Tensor, *, k_scales: torch.Tensor | None = None,
+                  v_scales: torch.Tensor | None = None, sm_scale: float | None = None,
+                  out: torch.Tensor | None = None, return_lse: bool = False, lse: torch.Tensor | None = None,
+                  workspace: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """MSA sparse decode attention: each query token attends to the keys of the pages in its TopK row.
+
+    Args:
+        q: ``[B*Q, Hq, 128]`` queries (token ``t = b*Q + i``), float8_e4m3fn or bfloat16; ``Q = T / B`` in 1..16
+            (B from ``seq_lens``). Any strides with a contiguous last dimension.
+        k, v: the paged KV cache, one of: NVFP4 uint8 ``[P, Hkv, 128, 64]`` (with ``k_scales`` / ``v_scales``
+            float8_e4m3fn ``[P, Hkv, 128, 8]``), float8_e4m3fn ``[P, Hkv, 128, 128]``, bfloat16
+            ``[P, Hkv, 128, 128]``; the same format and shape for both. E4M3 ``q`` goes with NVFP4 or E4M3 K/V,
+            BF16 ``q`` with BF16 K/V. ``Hq`` must be a multiple of ``Hkv`` (query head ``hq`` reads KV head
+            ``hq // (Hq / Hkv)``; GQA 8 and 16 are the MiniMax-M3 cases). Any strides with a contiguous token
+            row, e.g. ``buf[..., :128]`` and ``buf[..., 128:]`` of one ``[P, Hkv, 128, 256]`` K-then-V buffer.
+        topk: int32 ``[Hkv, B*Q, W]`` logical page ids (W in 1..64; 16 in MSA v1), ``-1`` for no page, as
+            :func:`index_decode` writes them; any strides (e.g. ``buf.transpose(0, 1)`` of a ``[B*Q, Hkv, W]``
+            buffer).
+        page_table: int32 ``[B, max_pages]`` (max_pages in 1..8192), contiguous last dimension: logical page
+            ``j`` of request ``b`` is physical page ``page_table[b, j]``. Only entries of pages some row
+            attends to are read.
+        seq_lens: int32 ``[B]``, contiguous: the request's length *including* this step's Q tokens.
+        k_scales, v_scales: float8_e4m3fn ``[P, Hkv, 128, 8]`` for NVFP4 K/V, else None.
+        sm_scale: softmax scale (finite, > 0); default ``1/sqrt(128)``.
+        out: optional bfloat16 ``[B*Q, Hq, 128]`` (contiguous last dimension) to write into; allocated when None.
+        return_lse: also return the log-sum-exp.
+        lse: optional float32 ``[B*Q, Hq]`` (any strides) to write the log-sum-exp into; allocated when None and
+            ``return_lse``.
+        workspace: optional contiguous 1-D uint8 scratch for the CUDA kernel's split-KV partial results, so
+            that a CUDA-graph-captured call allocates nothing (its size comes with the CUDA kernel); the CPU
+            op ignores it.
+
+    Returns:
+        ``out`` bfloat16 ``[B*Q, Hq, 128]``, or ``(out, lse)`` with ``lse`` float32 ``[B*Q, Hq]`` when
+        ``return_lse``.
+
+    Semantics (shared/SPEC.md §2-§5; :mod:`msa_ops.reference.sparse_attention` is the executable definition):
+        Token ``t = b*Q + i`` sits at ``pos = seq_lens[b] - Q + i``. For query head ``hq`` and its KV head
+        ``hk``, the keys are those of every entry ``p >= 0`` of ``topk[hk, t]``: positions ``p*128 + j <= pos``
+        of physical page ``page_table[b, p]`` (history pages whole, the local page ``pos // 128`` causally
+        masked, pages past it nothing). ``out = softmax(sm_scale * q . k) @ v``, ``lse = log(sum(exp(sm_scale
+        * q . k)))`` (natural log). NVFP4 K/V are dequantized to E4M3 first (``e4m3_rne_satfinite(e2m1 * s)``,
+        as the MSA Q8KV4 kernels do); products and softmax are accumulated in fp32; ``out`` is rounded to
+        bfloat16 once.
+        **Rows are used as given**: a well-formed row (SPEC §4: distinct pages, the local page last, then -1)
+        is what :func:`index_decode` writes; a page listed twice would be attended twice.
+        **No key** (a padding token with ``pos < 0``, or a row of only -1): ``out`` is 0 and ``lse`` is
+        ``-inf``, so an LSE-weighted combine of partial results gives such a part weight 0.
+
+    The CPU op checks the topk and page_table values it reads (a page id outside ``page_table`` or outside
+    ``k``/``v`` raises); the CUDA op does not read device values on the host (no sync), so it requires them.
+    """
+    q = _require_tensor("q", q)
+    k = _require_tensor("k", k)
+    v = _require_tensor("v", v)
+    topk = _require_tensor("topk", topk)
+    page_table = _require_tensor("page_table", page_table)
+    seq_lens = _require_tensor("seq_lens", seq_lens)
+
+    if q.dtype not in (torch.float8_e4m3fn, torch.bfloat16):
+        raise TypeError(f"q must be float8_e4m3fn or bfloat16, got {q.dtype}")
+    if q.dim() != 3 or q.shape[2] != HEAD_DIM:
+        raise ValueError(f"q must have shape [B * Q, Hq, {HEAD_DIM}], got {tuple(q.shape)}")
+    tokens, q_heads, _ = q.shape
+    _check_inner_contiguous("q", q)
+
+    k_scales = _check_kv_cache("k", k, "k_scales", k_scales, q)
+    v_scales = _check_kv_cache("v", v, "v_scales", v_scales, q)
+    if k.dtype != v.dtype:
+        raise TypeError(f"k and v must have the same dtype, got {k.dtype} and {v.dtype}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    kv_heads = k.shape[1]
+    if kv_heads < 1:
+        raise ValueError(f"k must have at least one KV head, got shape {tuple(k.shape)}")
+    if q_heads < 1 or q_heads % kv_heads != 0:
+        raise ValueError(f"q's head count Hq = {q_heads} must be a positive multiple of the KV head count "
+                         f"Hkv = {kv_heads}")
+    if (q.dtype == torch.bfloat16) != (k.dtype == torch.bfloat16):
+        raise TypeError(f"q ({q.dtype}) and k/v ({k.dtype}) do not go together: float8_e4m3fn q needs "
+                        "float8_e4m3fn or NVFP4 (uint8) k/v, bfloat16 q needs bfloat16 k/v")
+
+    if page_table.dtype != torch.int32:
+        raise TypeError(f"page_table must be int32, got {page_table.dtype}")
+    if page_table.dim() != 2:
+        raise ValueError(f"page_table must have shape [B, max_pages], got {tuple(page_table.shape)}")
+    batch, max_pages = page_table.shape
+    if not 1 <= max_pages <= MAX_PAGES:
+        raise ValueError(f"page_table's max_pages must be in [1, {MAX_PAGES}], got {max_pages}")
+    _check_inner_contiguous("page_table", page_table)
+    _check_device("page_table", page_table, q, "q")
+    if seq_lens.dtype != torch.int32:
+        raise TypeError(f"seq_lens must be int32, got {seq_lens.dtype}")
+    if seq_lens.dim() != 1 or seq_lens.shape[0] != batch:
+        raise ValueError(f"seq_lens must have shape [B = {batch}] (page_table's rows), got {tuple(seq_lens.shape)}")
+    if batch > 1 and seq_lens.stride(0) != 1:
+        raise ValueError(f"seq_lens must be contiguous, got stride {seq_lens.stride(0)}")
+    _check_device("seq_lens", seq_lens, q, "q")
+    if batch == 0:
+        if tokens != 0:
+            raise ValueError(f"q has {tokens} query tokens but there are no requests (B = 0)")
+    elif tokens % batch != 0 or not 1 <= tokens // batch <= MAX_QUERY_LEN:
+        raise ValueError(f"q's token count T = {tokens} must be B * Q with B = {batch} requests (page_table / "
+                         f"seq_lens) and Q in [1, {MAX_QUERY_LEN}]")
+
+    if topk.dtype != torch.int32:
+        raise TypeError(f"topk must be int32, got {topk.dtype}")
+    if topk.dim() != 3 or tuple(topk.shape[:2]) != (kv_heads, tokens):
+        raise ValueError(f"topk must have shape [Hkv = {kv_heads}, T = {tokens}, W] (KV heads, tokens, pages), "
+                         f"got {tuple(topk.shape)}")
+    if not 1 <= topk.shape[2] <= MAX_TOPK:
+        raise ValueError(f"topk's row width W must be in [1, {MAX_TOPK}], got {topk.shape[2]}")
+    _check_device("topk", topk, q, "q")
+
+    if sm_scale is None:
+        sm_scale = DEFAULT_SM_SCALE
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)):
+        raise TypeError(f"sm_scale must be a Python float or None, got {type(sm_scale).__name__}")
+    sm_scale = float(sm_scale)
+    if not math.isfinite(sm_scale) or sm_scale <= 0.0:
+        raise ValueError(f"sm_scale must be a finite positive number, got {sm_scale}")
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+
+    if out is None:
+        out = torch.empty((tokens, q_heads, HEAD_DIM), dtype=torch.bfloat16, device=q.device)
+    else:
+        out = _require_tensor("out", out)
+        if out.dtype != torch.bfloat16:
+            raise TypeError(f"out must be bfloat16, got {out.dtype}")
+        if tuple(out.shape) != (tokens, q_heads, HEAD_DIM):
+            raise ValueError(f"out must have shape {(tokens, q_heads, HEAD_DIM)} (like q), got {tuple(out.shape)}")
+        _check_inner_contiguous("out", out)
+        _check_device("out", out, q, "q")
+    if lse is None:
+        if return_lse:
+            lse = torch.empty((tokens, q_heads), dtype=torch.float32, device=q.device)
+    else:
+        lse = _require_tensor("lse", lse)
+        if lse.dtype != torch.float32:
+            raise TypeError(f"lse must be float32, got {lse.dtype}")
+        if tuple(lse.shape) != (tokens, q_heads):
+            raise ValueError(f"lse must have shape {(tokens, q_heads)} (tokens, query heads), got {tuple(lse.shape)}")
+        _check_device("lse", lse, q, "q")
+    if workspace is not None:
+        workspace = _require_tensor("workspace", workspace)
+        if workspace.dtype != torch.uint8:
+            raise TypeError(f"workspace must be uint8, got {workspace.dtype}")
+        if workspace.dim() != 1 or not workspace.is_contiguous():
+            raise ValueError(f"workspace must be a contiguous 1-D tensor, got shape {tuple(workspace.shape)} and "
+                             f"strides {workspace.stride()}")
+        _check_device("workspace", workspace, q, "q")
+
+    torch.ops.msa.sparse_decode(q, k, v, k_scales, v_scales, topk, page_table, seq_lens, sm_scale, out, lse,
+                                workspace)
+    return (out, lse) if return_lse else out

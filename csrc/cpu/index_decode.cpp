@@ -16,6 +16,7 @@
 #include <torch/library.h>
 
 #include "common/index_host.h"
+#include "cpu/codec_tables.h"
 #include "msa/nvfp4_codec.h"
 #include "ops.h"
 
@@ -31,35 +32,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // BF16 scores are scaled by 1/sqrt(128) (SPEC §5), applied to the fp32 dot product.
 const float kBf16ScoreScale = static_cast<float>(1.0 / std::sqrt(128.0));
 
-// Every E4M3 byte as fp32 (exact).
-struct E4M3Table {
-  float value[256];
-  E4M3Table() {
-    for (int i = 0; i < 256; ++i) value[i] = nvfp4::e4m3_to_float(static_cast<uint8_t>(i));
-  }
-};
-const E4M3Table& e4m3_table() {
-  static const E4M3Table table;
-  return table;
-}
-
-// Every (E4M3 scale byte, E2M1 code) as the key value the indexer multiplies: the NVFP4 -> E4M3 dequant of
-// SPEC §2, e4m3_rne_satfinite(e2m1 * scale) (the product is exact in fp32), widened to fp32.
-struct Nvfp4Table {
-  float value[256][16];
-  Nvfp4Table() {
-    for (int s = 0; s < 256; ++s) {
-      const float scale = nvfp4::e4m3_to_float(static_cast<uint8_t>(s));
-      for (uint32_t code = 0; code < 16; ++code) {
-        value[s][code] = nvfp4::e4m3_to_float(nvfp4::e4m3_rne_satfinite(nvfp4::e2m1_value(code) * scale));
-      }
-    }
-  }
-};
-const Nvfp4Table& nvfp4_table() {
-  static const Nvfp4Table table;
-  return table;
-}
+using cpu::e4m3_table;
+using cpu::nvfp4_table;
 
 // Where the index keys of one physical page live. Strides are in elements of the key dtype (bytes for
 // NVFP4 / E4M3); only the innermost row is contiguous.

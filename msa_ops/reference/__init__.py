@@ -5,3 +5,4 @@ The NVFP4 format reference lives in :mod:`msa_ops.formats` (it is also the user-
 
 from .. import formats as nvfp4  # noqa: F401
 from . import indexer  # noqa: F401
+from . import sparse_attention  # noqa: F401

@@ -1,7 +1,8 @@
 """Helpers shared by the tests and benchmarks: devices, bitwise comparison, output poisoning.
 
 Submodules: :mod:`msa_ops.testing.paged` (paged-cache case generators: lengths, page-table layouts, index
-keys and queries in every format) and :mod:`msa_ops.testing.indexer` (the decode-indexer contract checks).
+keys, KV caches and queries in every format, TopK rows), :mod:`msa_ops.testing.indexer` (the decode-indexer
+contract checks) and :mod:`msa_ops.testing.attention` (the sparse-attention contract checks).
 """
 
 from __future__ import annotations
