@@ -29,6 +29,11 @@ void sparse_decode_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tenso
                        const std::optional<at::Tensor>& workspace);
 
 #ifdef MSA_WITH_CUDA
+void sparse_decode_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        const std::optional<at::Tensor>& k_scales, const std::optional<at::Tensor>& v_scales,
+                        const at::Tensor& topk, const at::Tensor& page_table, const at::Tensor& seq_lens,
+                        double sm_scale, const at::Tensor& out, const std::optional<at::Tensor>& lse,
+                        const std::optional<at::Tensor>& workspace);
 void index_decode_cuda(const at::Tensor& q_idx, const at::Tensor& index_k,
                        const std::optional<at::Tensor>& index_k_scales, const at::Tensor& page_table,
                        const at::Tensor& seq_lens, int64_t topk, int64_t init_blocks, int64_t local_blocks,
