@@ -24,38 +24,26 @@ max µs of the N = 1000 and low-latency cases, and PASS/FAIL against issue 3's b
 from __future__ import annotations
 
 import argparse
-import gc
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # use this checkout's msa_ops
+sys.path.insert(0, str(Path(__file__).resolve().parent))      # bench/_suite.py
 
 import torch  # noqa: E402
 
 import msa_ops  # noqa: E402
-from msa_ops.bench import (bench, device_facts, format_table, measure_copy_bandwidths,  # noqa: E402
-                           rotations_for, write_json)
+from _suite import (LOW_LATENCY_B, LOW_LATENCY_N, MEMORY_BUDGET, OFFICIAL_B, OFFICIAL_N,  # noqa: E402
+                    OFFICIAL_WEIGHTS, Q_LEN, TOPK, copy_roofline, error_text, fmt_case, official_weight,
+                    parse_cases, parse_list, pick_device, release, suite_of, suite_pairs, timing_plan,
+                    timing_protocol, verdict, weighted_mbu)
+from msa_ops.bench import bench, format_table, rotations_for, write_json  # noqa: E402
 from msa_ops.testing.paged import INDEX_DIM, PAGE_SIZE, official_decode_lengths, pages_needed  # noqa: E402
 
-MiB, GiB = 2**20, 2**30
-
 # ------------------------------------------------------------------------------------------ workloads (SPEC §7)
-OFFICIAL_B = (8, 32, 64, 128)
-OFFICIAL_N = (1000, 4000, 5000, 10000, 50000, 100000, 200000)
-#: SPEC §7 weights per N, for B = 8 / 32 / 64 / 128 (sum 10,000).
-OFFICIAL_WEIGHTS = {
-    1000: (30, 90, 180, 300), 4000: (40, 120, 240, 400), 5000: (50, 150, 300, 500),
-    10000: (140, 350, 490, 420), 50000: (500, 800, 500, 200), 100000: (1260, 980, 420, 140),
-    200000: (910, 350, 112, 28),
-}
-assert sum(sum(w) for w in OFFICIAL_WEIGHTS.values()) == 10000
-LOW_LATENCY_B = (1, 2, 4)
-LOW_LATENCY_N = (1000, 4000, 8000, 32000)
-Q_LEN = 8                       # query tokens per request per step (official benchmark)
-TOPK = 16
+# The suites, weights, Q_LEN and TOPK are in bench/_suite.py (shared with bench_sparse_decode.py).
 CORNER_Q, CORNER_HEADS = 16, 4  # compute-heavy corner: 64 query rows per key
 CORNER_FULL = [(8, 50000), (64, 50000), (128, 200000)]
 CORNER_QUICK = [(64, 50000)]
@@ -80,9 +68,7 @@ KEYS = {
 KEY_ALIASES = {"e4m3": "fp8", "fp4": "nvfp4"}
 
 # -------------------------------------------------------------------------------------------- timing knobs
-MEMORY_BUDGET = 40 * GiB        # every input set + output + workspace of one case, all rotations together
-REPLAY_TARGET_BYTES = 2 * GiB   # bytes-model traffic per graph replay (~0.5 ms or more per replay)
-MAX_CALLS_PER_GRAPH = 256       # before rounding up to a multiple of the rotations (every set used equally)
+# MEMORY_BUDGET and the calls per graph replay: bench/_suite.py.
 KEY_CHUNK_PAGES = 2048          # pages generated per step (fp32 staging: 2048 x 128 x 128 x 4 B = 128 MiB)
 SPARE_PAGES = 3                 # physical pages never referenced
 POISON = -7                     # written into `out` before timing: a row still holding it was never written
@@ -101,7 +87,7 @@ class Case:
     def weight(self) -> int | None:
         if self.suite != "official":
             return None
-        return OFFICIAL_WEIGHTS[self.nominal][OFFICIAL_B.index(self.batch)]
+        return official_weight(self.batch, self.nominal)
 
 
 @dataclass(frozen=True)
@@ -267,12 +253,7 @@ def run_case(case: Case, device: torch.device, l2_bytes: int | None, quick: bool
         "bytes": geo.model_bytes, "key_bytes": geo.key_bytes, "q_bytes": geo.q_bytes, "out_bytes": geo.out_bytes,
         "ws_bytes": geo.ws_bytes, "flops": geo.flops, "mb": geo.model_bytes / 1e6, "ws_mb": geo.ws_bytes / 1e6,
         "rotations": rotations}
-    if device.type == "cuda":
-        calls = min(MAX_CALLS_PER_GRAPH, max(1, math.ceil(REPLAY_TARGET_BYTES / geo.model_bytes)))
-        calls = math.ceil(calls / rotations) * rotations          # every input set used equally, in order
-        warmup, samples = (3, 15) if quick else (5, 30)
-    else:
-        calls, warmup, samples = 1, 1, 3
+    calls, warmup, samples = timing_plan(geo.model_bytes, rotations, device, quick)
     row["calls"] = calls
     sets = None
     try:
@@ -291,20 +272,14 @@ def run_case(case: Case, device: torch.device, l2_bytes: int | None, quick: bool
         row["tflops"] = geo.flops / (result.us * 1e-6) / 1e12
         row["check"] = check_topk(sets.out, geo.pos)            # every set was written by the timed calls
     except Exception as err:  # report and go on: one failing case must not lose the whole sweep
-        row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        row["error"] = error_text(err)
     finally:
         del sets
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        release(device)
     return row
 
 
 # ------------------------------------------------------------------------------------------------- summary
-
-def _fmt_case(r: dict[str, Any]) -> str:
-    return f"B={r['B']} N={r['N']}"
-
 
 def summarize_config(rows: list[dict[str, Any]], keys: str, heads: int, copy_bps: float) -> dict[str, Any]:
     """Summary of one (keys, H) config over its Q = 8 official and low-latency rows.
@@ -323,21 +298,17 @@ def summarize_config(rows: list[dict[str, Any]], keys: str, heads: int, copy_bps
                          "errors": sum("error" in r for r in mine),
                          "bad_checks": sum("error" not in r and r.get("check") != "ok" for r in mine)}
     if big_ok:
-        w = sum(r["weight"] for r in big_ok)
-        s["weight_sum"] = w
-        s["weighted_mbu"] = sum(r["weight"] * r["mbu"] for r in big_ok) / w
-        s["mix_mbu"] = 100 * (sum(r["weight"] * r["bytes"] for r in big_ok) /
-                              sum(r["weight"] * r["us"] * 1e-6 for r in big_ok)) / copy_bps
+        s.update(weighted_mbu(big_ok, copy_bps))
         worst = min(big_ok, key=lambda r: r["mbu"])
-        s["min_mbu"], s["min_mbu_case"] = worst["mbu"], _fmt_case(worst)
+        s["min_mbu"], s["min_mbu_case"] = worst["mbu"], fmt_case(worst)
     n1000 = [r for r in small if r["suite"] == "official" and "us" in r]
     low = [r for r in small if r["suite"] == "low-latency" and "us" in r]
     if n1000:
         worst = max(n1000, key=lambda r: r["us"])
-        s["max_us_n1000"], s["max_us_n1000_case"] = worst["us"], _fmt_case(worst)
+        s["max_us_n1000"], s["max_us_n1000_case"] = worst["us"], fmt_case(worst)
     if low:
         worst = max(low, key=lambda r: r["us"])
-        s["max_us_low_latency"], s["max_us_low_latency_case"] = worst["us"], _fmt_case(worst)
+        s["max_us_low_latency"], s["max_us_low_latency_case"] = worst["us"], fmt_case(worst)
 
     # Bars (issue 3): the weighted MBU bar only for NVFP4 H = 4; min MBU and latency for every NVFP4 / FP8
     # config measured (BF16 keys are optional and get no bar). A failed case or a bad TopK row fails its bar.
@@ -356,10 +327,6 @@ def summarize_config(rows: list[dict[str, Any]], keys: str, heads: int, copy_bps
 
 def summarize(rows: list[dict[str, Any]], configs: list[tuple[str, int]], copy_bps: float) -> list[dict[str, Any]]:
     return [summarize_config(rows, keys, heads, copy_bps) for keys, heads in configs]
-
-
-def _verdict(v: bool | None) -> str:
-    return "n/a" if v is None else ("PASS" if v else "FAIL")
 
 
 def print_summary(summary: list[dict[str, Any]], overall: str, cpu: bool) -> None:
@@ -386,7 +353,7 @@ def print_summary(summary: list[dict[str, Any]], overall: str, cpu: bool) -> Non
                  "min_mbu": f"every N>={BAR_MIN_N} case >= {BAR_MIN_MBU:.0f}% MBU",
                  "max_us": f"every N=1000 / low-latency case <= {BAR_MAX_US:g} us"}
         if s["bars"] and not cpu:
-            print(f"{head}: bars: " + "; ".join(f"{names[k]}: {_verdict(v)}" for k, v in s["bars"].items()) + tag)
+            print(f"{head}: bars: " + "; ".join(f"{names[k]}: {verdict(v)}" for k, v in s["bars"].items()) + tag)
     print(f"summary: issue 3 bars: {overall}{tag}")
 
 
@@ -411,13 +378,9 @@ def overall_verdict(summary: list[dict[str, Any]], cpu: bool) -> str:
 
 # ------------------------------------------------------------------------------------------------------ CLI
 
-def _parse_list(text: str) -> list[str]:
-    return [t.strip().lower() for t in text.split(",") if t.strip()]
-
-
 def parse_keys(text: str) -> list[str]:
     out = []
-    for t in _parse_list(text):
+    for t in parse_list(text):
         t = KEY_ALIASES.get(t, t)
         if t not in KEYS:
             raise argparse.ArgumentTypeError(f"unknown key format {t!r}; choose from {', '.join(KEYS)}")
@@ -426,31 +389,10 @@ def parse_keys(text: str) -> list[str]:
 
 
 def parse_heads(text: str) -> list[int]:
-    out = [int(t) for t in _parse_list(text)]
+    out = [int(t) for t in parse_list(text)]
     if any(h not in (1, 2, 4) for h in out):
         raise argparse.ArgumentTypeError(f"heads must be 1, 2 or 4, got {text!r}")
     return out
-
-
-def parse_cases(text: str) -> list[tuple[int, int]]:
-    out = []
-    for t in _parse_list(text):
-        b, _, n = t.partition(":")
-        try:
-            out.append((int(b), int(n)))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"cases are B:N pairs, e.g. 8:10000,1:32000; got {t!r}") from None
-        if out[-1][0] < 1 or out[-1][1] < Q_LEN or math.ceil(out[-1][1] * 1.25 / PAGE_SIZE) > 8192:
-            raise argparse.ArgumentTypeError(f"case {t!r}: need B >= 1 and {Q_LEN} <= N <= ~838000")
-    return out
-
-
-def suite_of(batch: int, nominal: int) -> str:
-    if batch in OFFICIAL_B and nominal in OFFICIAL_N:
-        return "official"
-    if batch in LOW_LATENCY_B and nominal in LOW_LATENCY_N:
-        return "low-latency"
-    return "custom"
 
 
 def build_cases(args: argparse.Namespace, cpu: bool) -> list[Case]:
@@ -461,8 +403,7 @@ def build_cases(args: argparse.Namespace, cpu: bool) -> list[Case]:
     elif args.quick:
         pairs, corner = QUICK_OFFICIAL + QUICK_LOW_LATENCY, CORNER_QUICK
     else:
-        pairs = ([(b, n) for n in OFFICIAL_N for b in OFFICIAL_B] +
-                 [(b, n) for n in LOW_LATENCY_N for b in LOW_LATENCY_B])
+        pairs = suite_pairs()
         corner = CORNER_FULL
     if args.no_corner:
         corner = []
@@ -493,27 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write results (plus device facts, versions, git commit) here")
     args = ap.parse_args(argv)
 
-    cpu = args.cpu_smoke or not torch.cuda.is_available()
-    device = torch.device("cpu") if cpu else torch.device("cuda", torch.cuda.current_device())
-    copy_bytes = (min(args.copy_mib, 32) if cpu else args.copy_mib) * MiB
-    facts = device_facts(device)
-    if cpu:
-        print("*** CPU SMOKE RUN" + ("" if args.cpu_smoke else " (CUDA is not available)") +
-              ": wall-clock numbers of the CPU kernel (time.perf_counter), NOT GPU performance ***")
-        print(f"device: CPU ({facts.name}), torch {torch.__version__}")
-    else:
-        cc = ".".join(map(str, facts.compute_capability or ()))
-        print(f"device: {facts.name} (sm_{cc.replace('.', '')}, {facts.sm_count} SMs, "
-              f"L2 {f'{facts.l2_bytes / MiB:.0f}' if facts.l2_bytes else '?'} MiB), torch {torch.__version__}")
-    copy_ways = measure_copy_bandwidths(copy_bytes, device)
-    copy_bps = max(copy_ways.values())
-    print("copy bandwidth measured: " + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in copy_ways.items()) +
-          " -> roofline = the best")
-    peak = facts.peak_dram_bytes_per_s
-    print(f"roofline: measured {'CPU memory' if cpu else 'device-to-device'} copy {copy_bps / 1e9:.1f} GB/s "
-          f"(read + written, {copy_bytes // MiB} MiB buffers)" +
-          (f"; datasheet peak {peak / 1e9:.1f} GB/s ({facts.memory_info_source}), copy = "
-           f"{100 * copy_bps / peak:.1f}% of it" if peak else "; datasheet peak unknown"))
+    cpu, device, facts = pick_device(args.cpu_smoke)
+    copy_bytes, copy_ways, copy_bps = copy_roofline(device, facts, args.copy_mib)
     print("bytes model per call (MBU numerator): index keys of each request's pages 0 .. its last token's local "
           "page, read once (" + ", ".join(f"{k} {v[1]} B/page" for k, v in KEYS.items() if k in args.keys) +
           ") + q (B*Q*H*128 x 1 B E4M3, 2 B BF16) + TopK out (H*B*Q*16*4 B); not counted: page_table / seq_lens "
@@ -521,12 +443,8 @@ def main(argv: list[str] | None = None) -> int:
           "pages read back by the select step: column 'ws MB', an estimate)")
     print("MBU = bytes model / median time / copy roofline; TB/s = bytes model / median time; TFLOP/s = "
           f"2*{INDEX_DIM} FLOP per (query row, visible key) / median time")
-    print("timing: " + ("time.perf_counter, median of 3 calls" if cpu else
-                        "CUDA graph of `calls` op calls cycling over `rot` input sets (own q, page table, seq_lens, "
-                        "out, scores workspace; keys on disjoint pages of one pool), reuse distance > 2x L2 by the "
-                        "bytes model (at least 2 sets, at most "
-                        f"{MEMORY_BUDGET // GiB} GiB per case), warm-up replays then timed replays; per-call µs "
-                        "= replay time / calls: median, p10, p90 over replays"))
+    print(timing_protocol(cpu, "own q, page table, seq_lens, out, scores workspace; keys on disjoint pages of "
+                               "one pool"))
 
     cases = build_cases(args, cpu)
     rows = []

@@ -35,13 +35,15 @@ fi
 step demo demo.log python3 -m msa_ops.demo
 case "$BENCH" in
   quick) step bench_nvfp4 bench_nvfp4.log python3 bench/bench_nvfp4.py --quick --json "$OUT/nvfp4.json"
-         step bench_index bench_index.log python3 bench/bench_index_decode.py --quick --json "$OUT/index_decode.json" ;;
+         step bench_index bench_index.log python3 bench/bench_index_decode.py --quick --json "$OUT/index_decode.json"
+         step bench_sparse bench_sparse.log python3 bench/bench_sparse_decode.py --quick --json "$OUT/sparse_decode.json" ;;
   full)  step bench_nvfp4 bench_nvfp4.log python3 bench/bench_nvfp4.py --json "$OUT/nvfp4.json" --plot "$OUT/nvfp4.png"
-         step bench_index bench_index.log python3 bench/bench_index_decode.py --json "$OUT/index_decode.json" ;;
+         step bench_index bench_index.log python3 bench/bench_index_decode.py --json "$OUT/index_decode.json"
+         step bench_sparse bench_sparse.log python3 bench/bench_sparse_decode.py --json "$OUT/sparse_decode.json" ;;
 esac
 
 echo "==== device ===="; cat "$OUT/device.txt"
-for log in tests demo bench_nvfp4 bench_index; do
+for log in tests demo bench_nvfp4 bench_index bench_sparse; do
   [ -f "$OUT/$log.log" ] && { echo "==== $log (tail) ===="; tail -n 25 "$OUT/$log.log"; }
 done
 echo "==== summary ===="
