@@ -13,21 +13,6 @@
 
 namespace msa::cuda {
 
-// Number of SMs of the current device, cached per device (no sync).
-inline int current_sm_count() {
-  constexpr int kMaxDevices = 64;
-  static int cached[kMaxDevices] = {};
-  int device = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  TORCH_CHECK(device >= 0 && device < kMaxDevices, "msa_ops supports CUDA device indices below ", kMaxDevices);
-  if (cached[device] == 0) {
-    int count = 0;
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    cached[device] = count;  // benign race: every writer stores the same value
-  }
-  return cached[device];
-}
-
 // Turns a launcher's status into one clear error: for a missing kernel image, the GPU's name, its compute
 // capability and the targets this build has.
 inline void check_launch(const LaunchStatus& status, const char* op) {

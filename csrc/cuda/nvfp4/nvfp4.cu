@@ -93,7 +93,7 @@ LaunchStatus quantize_unrolled(int64_t num_groups, cudaStream_t stream, const T*
 }
 
 template <typename T>
-LaunchStatus quantize_typed(const QuantizeArgs& a, int sm_count, cudaStream_t stream) {
+LaunchStatus quantize_typed(const QuantizeArgs& a, cudaStream_t stream) {
   const T* x = static_cast<const T*>(a.x);
   const GroupIndex index{a.width / kGroup, a.x_row_stride, kGroup};
   const int64_t num_groups = a.rows * index.groups_per_row;
@@ -106,7 +106,7 @@ LaunchStatus quantize_typed(const QuantizeArgs& a, int sm_count, cudaStream_t st
 }
 
 template <DequantOut kOut, GlobalScaleMode kMode>
-LaunchStatus dequantize_mode(const DequantizeArgs& a, int sm_count, cudaStream_t stream) {
+LaunchStatus dequantize_mode(const DequantizeArgs& a, cudaStream_t stream) {
   const GroupIndex packed_index{a.width / kGroup, a.packed_row_stride, kGroup / 2};
   const GroupIndex scale_index{a.width / kGroup, a.scale_row_stride, 1};
   const int64_t num_groups = a.rows * packed_index.groups_per_row;
@@ -124,32 +124,32 @@ LaunchStatus dequantize_mode(const DequantizeArgs& a, int sm_count, cudaStream_t
 }
 
 template <DequantOut kOut>
-LaunchStatus dequantize_typed(const DequantizeArgs& a, int sm_count, cudaStream_t stream) {
+LaunchStatus dequantize_typed(const DequantizeArgs& a, cudaStream_t stream) {
   if (kOut == DequantOut::kE4M3 || a.global_scale == 1.0f) {
-    return dequantize_mode<kOut, GlobalScaleMode::kNone>(a, sm_count, stream);
+    return dequantize_mode<kOut, GlobalScaleMode::kNone>(a, stream);
   }
   if (is_power_of_two(a.global_scale)) {
-    return dequantize_mode<kOut, GlobalScaleMode::kExactInverse>(a, sm_count, stream);
+    return dequantize_mode<kOut, GlobalScaleMode::kExactInverse>(a, stream);
   }
-  return dequantize_mode<kOut, GlobalScaleMode::kDivide>(a, sm_count, stream);
+  return dequantize_mode<kOut, GlobalScaleMode::kDivide>(a, stream);
 }
 
 }  // namespace
 
-LaunchStatus launch_quantize(const QuantizeArgs& args, int sm_count, cudaStream_t stream) {
+LaunchStatus launch_quantize(const QuantizeArgs& args, cudaStream_t stream) {
   switch (args.x_type) {
-    case ElementType::kF32: return quantize_typed<float>(args, sm_count, stream);
-    case ElementType::kBF16: return quantize_typed<__nv_bfloat16>(args, sm_count, stream);
-    case ElementType::kF16: return quantize_typed<__half>(args, sm_count, stream);
+    case ElementType::kF32: return quantize_typed<float>(args, stream);
+    case ElementType::kBF16: return quantize_typed<__nv_bfloat16>(args, stream);
+    case ElementType::kF16: return quantize_typed<__half>(args, stream);
     default: return {LaunchStatus::Kind::kCudaError, cudaErrorInvalidValue};
   }
 }
 
-LaunchStatus launch_dequantize(const DequantizeArgs& args, int sm_count, cudaStream_t stream) {
+LaunchStatus launch_dequantize(const DequantizeArgs& args, cudaStream_t stream) {
   switch (args.out_type) {
-    case ElementType::kE4M3: return dequantize_typed<DequantOut::kE4M3>(args, sm_count, stream);
-    case ElementType::kBF16: return dequantize_typed<DequantOut::kBF16>(args, sm_count, stream);
-    case ElementType::kF32: return dequantize_typed<DequantOut::kF32>(args, sm_count, stream);
+    case ElementType::kE4M3: return dequantize_typed<DequantOut::kE4M3>(args, stream);
+    case ElementType::kBF16: return dequantize_typed<DequantOut::kBF16>(args, stream);
+    case ElementType::kF32: return dequantize_typed<DequantOut::kF32>(args, stream);
     default: return {LaunchStatus::Kind::kCudaError, cudaErrorInvalidValue};
   }
 }

@@ -34,7 +34,7 @@ std::tuple<at::Tensor, at::Tensor> nvfp4_quantize_cuda(const at::Tensor& x, doub
   args.packed = packed.data_ptr<uint8_t>();
   args.scales = reinterpret_cast<uint8_t*>(scales.data_ptr());
   msa::cuda::check_launch(
-      nvfp4::launch_quantize(args, msa::cuda::current_sm_count(), c10::cuda::getCurrentCUDAStream()),
+      nvfp4::launch_quantize(args, c10::cuda::getCurrentCUDAStream()),
       "msa::nvfp4_quantize");
   return {packed, scales};
 }
@@ -60,7 +60,7 @@ at::Tensor nvfp4_dequantize_cuda(const at::Tensor& packed, const at::Tensor& sca
                   : dtype == at::kBFloat16    ? ElementType::kBF16 : ElementType::kF32;
   args.out = out.data_ptr();
   msa::cuda::check_launch(
-      nvfp4::launch_dequantize(args, msa::cuda::current_sm_count(), c10::cuda::getCurrentCUDAStream()),
+      nvfp4::launch_dequantize(args, c10::cuda::getCurrentCUDAStream()),
       "msa::nvfp4_dequantize");
   return out;
 }

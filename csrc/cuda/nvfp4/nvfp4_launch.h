@@ -32,7 +32,7 @@ struct DequantizeArgs {
   void* out;
 };
 
-msa::cuda::LaunchStatus launch_quantize(const QuantizeArgs& args, int sm_count, cudaStream_t stream);
-msa::cuda::LaunchStatus launch_dequantize(const DequantizeArgs& args, int sm_count, cudaStream_t stream);
+msa::cuda::LaunchStatus launch_quantize(const QuantizeArgs& args, cudaStream_t stream);
+msa::cuda::LaunchStatus launch_dequantize(const DequantizeArgs& args, cudaStream_t stream);
 
 }  // namespace msa::nvfp4
