@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -321,3 +324,17 @@ def test_cuda_large_tensor_int64_indexing():
     tail = slice(rows - 64, rows)
     ref = F.dequantize_nvfp4(packed[tail].cpu(), scales[tail].cpu(), torch.float8_e4m3fn)
     assert_bitwise_equal(out[tail], ref, "tail beyond 2^31")
+
+
+@requires_cuda
+@pytest.mark.parametrize("knobs", [{"MSA_NVFP4_QUANTIZE_PIPELINE": "1"}, {"MSA_NVFP4_QUANTIZE_HALF2": "0"},
+                                   {"MSA_NVFP4_QUANTIZE_PARTS": "2", "MSA_NVFP4_QUANTIZE_UNROLL": "4"},
+                                   {"MSA_NVFP4_DEQUANT_UNROLL": "1"}],
+                         ids=["pipelined", "fp32-encode", "two-threads-per-group", "dequant-unroll-1"])
+def test_cuda_benchmark_knobs_stay_bit_exact(knobs):
+    # The kernel-variant knobs (bench/NOTES.md) are read once per process: rerun the bit-exact CUDA cases in a
+    # subprocess with them set.
+    selection = "cuda and (every or ties or random or tiny or nan_inf or strided) and not knobs"
+    result = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:logging", "-k", selection],
+                            env={**os.environ, **knobs}, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]

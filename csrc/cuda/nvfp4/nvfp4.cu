@@ -76,12 +76,40 @@ LaunchStatus quantize_parts(int64_t num_groups, cudaStream_t stream, const T* x,
 #undef MSA_Q
 }
 
+// The pipelined variant: a resident grid (SMs x blocks that fit), sized once per device and kernel.
+template <int kU>
+LaunchStatus quantize_bf16_pipelined(int64_t num_groups, cudaStream_t stream, const __nv_bfloat16* x,
+                                     GroupIndex index, uint32_t* packed, uint8_t* scales) {
+  auto kernel = nvfp4_quantize_bf16_pipelined_kernel<kU>;
+  const LaunchStatus image = msa::cuda::kernel_image_status(reinterpret_cast<const void*>(kernel));
+  if (!image.is_ok()) return image;
+  int device = 0, sms = 0, blocks_per_sm = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess) {
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, Nvfp4Config::kThreads, 0);
+  }
+  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+  const int64_t per_block = int64_t(Nvfp4Config::kThreads) * kU;
+  const int64_t needed = (num_groups + per_block - 1) / per_block;
+  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * blocks_per_sm)));
+  kernel<<<grid, Nvfp4Config::kThreads, 0, stream>>>(x, index, num_groups, packed, scales);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+  return LaunchStatus::ok();
+}
+
 template <typename T, bool kVec, bool kApplyG>
 LaunchStatus quantize_unrolled(int64_t num_groups, cudaStream_t stream, const T* x, GroupIndex index, float g,
                                uint32_t* packed, uint8_t* scales) {
   static const int parts = env_choice("MSA_NVFP4_QUANTIZE_PARTS", {1, 2}, 1);
   // bf16 input with G = 1 (the KV-cache case) may round in packed fp16; MSA_NVFP4_QUANTIZE_HALF2=0 turns it off.
   static const bool half_encode = env_choice("MSA_NVFP4_QUANTIZE_HALF2", {0, 1}, 1) == 1;
+  // MSA_NVFP4_QUANTIZE_PIPELINE=1: the persistent software-pipelined kernel (bf16, G = 1, aligned rows).
+  static const bool pipelined = env_choice("MSA_NVFP4_QUANTIZE_PIPELINE", {0, 1}, 0) == 1;
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && !kApplyG && kVec) {
+    if (pipelined) return quantize_bf16_pipelined<2>(num_groups, stream, x, index, packed, scales);
+  }
   if constexpr (std::is_same_v<T, __nv_bfloat16> && !kApplyG) {
     if (half_encode) {
       if (parts == 1) return quantize_parts<T, kVec, kApplyG, 1, true>(num_groups, stream, x, index, g, packed, scales);

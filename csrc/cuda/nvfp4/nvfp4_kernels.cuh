@@ -172,6 +172,77 @@ __global__ void __launch_bounds__(Nvfp4Config::kThreads)
   }
 }
 
+// Persistent, software-pipelined variant for the KV-cache case (bf16 input, G = 1; benchmark knob
+// MSA_NVFP4_QUANTIZE_PIPELINE=1, not yet measured): a grid of resident blocks, each thread loading its next kU
+// groups while it encodes the current ones, so a warp always has loads in flight.
+template <int kU>
+__global__ void __launch_bounds__(Nvfp4Config::kThreads)
+    nvfp4_quantize_bf16_pipelined_kernel(const __nv_bfloat16* __restrict__ x, GroupIndex x_index, int64_t num_groups,
+                                         uint32_t* __restrict__ packed, uint8_t* __restrict__ scales) {
+  __shared__ float2 scale_and_reciprocal[128];
+  if (threadIdx.x < 128) {
+    const float s = e4m3_to_float_dev(static_cast<uint8_t>(threadIdx.x));
+    scale_and_reciprocal[threadIdx.x] = make_float2(s, __frcp_rn(s));
+  }
+  __syncthreads();
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x * kU;
+  auto load = [&](int64_t first, uint4 (&buf)[kU][2]) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t g = first + u * blockDim.x + threadIdx.x;
+      if (g < num_groups) {
+        const uint4* src = reinterpret_cast<const uint4*>(x + x_index.offset(g));
+        buf[u][0] = __ldcs(src);
+        buf[u][1] = __ldcs(src + 1);
+      }
+    }
+  };
+  uint4 cur[kU][2], next[kU][2];
+  int64_t first = int64_t(blockIdx.x) * blockDim.x * kU;
+  load(first, cur);
+  for (; first < num_groups; first += stride) {
+    if (first + stride < num_groups) load(first + stride, next);  // in flight while `cur` is encoded
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t g = first + u * blockDim.x + threadIdx.x;
+      if (g >= num_groups) continue;
+      const uint32_t raw[8] = {cur[u][0].x, cur[u][0].y, cur[u][0].z, cur[u][0].w,
+                               cur[u][1].x, cur[u][1].y, cur[u][1].z, cur[u][1].w};
+      float v[kGroup];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        v[2 * i] = __uint_as_float(raw[i] << 16);
+        v[2 * i + 1] = __uint_as_float(raw[i] & 0xFFFF0000u);
+      }
+      float amax = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kGroup; ++i) amax = fmax_nan(amax, fabsf(v[i]));
+      uint32_t words[2] = {0u, 0u};
+      uint8_t scale_bits = kE4M3NaN;  // NaN or Inf in the group: NaN scale, zero codes (documented)
+      if (amax <= FLT_MAX) {
+        scale_bits = float_to_e4m3(div6_rn(amax));
+        const float2 sr = scale_and_reciprocal[scale_bits];
+        if (sr.x != 0.0f) {
+#pragma unroll
+          for (int i = 0; i < kGroup; i += 2) {
+#if MSA_HW_FP4
+            const uint32_t byte = e2m1x2_from_quotients(div_by_scale(v[i], sr.x, sr.y),
+                                                        div_by_scale(v[i + 1], sr.x, sr.y), v[i], v[i + 1]);
+#else
+            const uint32_t byte = e2m1x2_from_quotients_bf16in(__fmul_rn(v[i], sr.y), __fmul_rn(v[i + 1], sr.y));
+#endif
+            words[i / 8] |= byte << (4 * (i % 8));
+          }
+        }
+      }
+      __stcs(reinterpret_cast<uint2*>(packed) + g, make_uint2(words[0], words[1]));
+      scales[g] = scale_bits;
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) cur[u][0] = next[u][0], cur[u][1] = next[u][1];
+  }
+}
+
 // ---- dequantize --------------------------------------------------------------------------------------
 
 enum class DequantOut { kE4M3, kBF16, kF32 };
