@@ -205,7 +205,10 @@ def index_decode(q_idx: torch.Tensor, index_k: torch.Tensor, page_table: torch.T
         (forced, ascending: the local page is the last valid entry).
 
     Requires ``seq_lens[b] <= max_pages * 128`` and valid physical page ids for the pages read; the CPU op
-    checks these values and raises, the CUDA op does not read device values on the host (no sync).
+    checks these values and raises, the CUDA op does not read device values on the host (no sync): there a
+    page with an out-of-range id scores NaN (so it ranks last), and a token whose local page lies past the
+    page table gets an all -1 row. Without ``scores_out`` the CUDA op takes its scores workspace from torch's
+    caching allocator; pass ``scores_out`` for a call that allocates nothing.
     """
     q_idx = _require_tensor("q_idx", q_idx)
     index_k = _require_tensor("index_k", index_k)
@@ -385,9 +388,9 @@ def sparse_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk: torch
         return_lse: also return the log-sum-exp.
         lse: optional float32 ``[B*Q, Hq]`` (any strides) to write the log-sum-exp into; allocated when None and
             ``return_lse``.
-        workspace: optional contiguous 1-D uint8 scratch for the CUDA kernel's split-KV partial results, so
-            that a CUDA-graph-captured call allocates nothing (its size comes with the CUDA kernel); the CPU
-            op ignores it.
+        workspace: optional contiguous 1-D uint8 scratch for a split-KV CUDA kernel's partial results, so
+            that a CUDA-graph-captured call allocates nothing. The CPU op and the current (v1, unsplit) CUDA
+            kernel need none and ignore it.
 
     Returns:
         ``out`` bfloat16 ``[B*Q, Hq, 128]``, or ``(out, lse)`` with ``lse`` float32 ``[B*Q, Hq]`` when
@@ -407,7 +410,8 @@ def sparse_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk: torch
         ``-inf``, so an LSE-weighted combine of partial results gives such a part weight 0.
 
     The CPU op checks the topk and page_table values it reads (a page id outside ``page_table`` or outside
-    ``k``/``v`` raises); the CUDA op does not read device values on the host (no sync), so it requires them.
+    ``k``/``v`` raises); the CUDA op does not read device values on the host (no sync): a token that meets
+    such an id gets NaN in ``out`` and ``lse``.
     """
     q = _require_tensor("q", q)
     k = _require_tensor("k", k)
