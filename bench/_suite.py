@@ -12,13 +12,13 @@ import gc
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # use this checkout's msa_ops
 
 import torch  # noqa: E402
 
-from msa_ops.bench import DeviceFacts, device_facts, measure_copy_bandwidths  # noqa: E402
+from msa_ops.bench import DeviceFacts, bench, device_facts, measure_copy_bandwidths  # noqa: E402
 from msa_ops.testing.paged import PAGE_SIZE  # noqa: E402
 
 MiB, GiB = 2**20, 2**30
@@ -172,3 +172,58 @@ def fmt_case(r: dict[str, Any]) -> str:
 
 def verdict(v: bool | None) -> str:
     return "n/a" if v is None else ("PASS" if v else "FAIL")
+
+
+def parse_choices(text: str, choices: Sequence[str], aliases: dict[str, str], what: str) -> list[str]:
+    """Comma-separated names (aliases allowed) that must be among ``choices``; for argparse ``type=``."""
+    out = []
+    for t in parse_list(text):
+        t = aliases.get(t, t)
+        if t not in choices:
+            raise argparse.ArgumentTypeError(f"unknown {what} {t!r}; choose from {', '.join(choices)}")
+        out.append(t)
+    return out
+
+
+def overall_verdict(summary: list[dict[str, Any]], cpu: bool, label: Callable[[dict[str, Any]], str],
+                    complete: bool, cpu_bad: str, cpu_ok: str) -> str:
+    """PASS only when every bar that applies was measured and met; a partial suite (``complete`` False) says
+    so. The bars are GPU bars: a CPU run only reports whether every case ran and passed its output check."""
+    if cpu:
+        bad = sum(s["errors"] + s["bad_checks"] for s in summary)
+        return "n/a on the CPU (GPU bars); " + (f"{bad} case(s) failed or {cpu_bad}" if bad else cpu_ok)
+    verdicts = [(f"{label(s)}:{k}", v) for s in summary for k, v in s["bars"].items()]
+    failed = [name for name, v in verdicts if v is False]
+    if not any(v is not None for _, v in verdicts):
+        return "n/a (no case of the bars measured)"
+    overall = "FAIL (" + ", ".join(failed) + ")" if failed else "PASS"
+    return overall if complete else overall + " [partial suite: indicative only]"
+
+
+def time_sets(row: dict[str, Any], op: Callable[..., Any], build: Callable[[], Any], check: Callable[[Any], str],
+              device: torch.device, *, rotations: int, calls: int, warmup: int, samples: int, model_bytes: float,
+              flops: float) -> dict[str, Any]:
+    """Builds the input sets (``build()``, whose ``.args(i)`` gives set i's call arguments), times ``op`` over
+    them with the shared protocol, checks the outputs the timed calls wrote (``check(sets)``) and fills ``row``;
+    a failure is reported in ``row["error"]`` so that one bad case does not lose the whole sweep."""
+    sets = None
+    try:
+        sets = build()
+        bound = [sets.args(i) for i in range(rotations)]  # the graph captures exactly these tensors
+
+        def make_call(i: int):
+            args, kwargs = bound[i]
+            return lambda: op(*args, **kwargs)
+
+        result = bench(make_call, device, rotations=rotations, calls_per_sample=calls, warmup=warmup,
+                       samples=samples)
+        row.update(result.to_dict())
+        row["tbps"] = result.bytes_per_s(model_bytes) / 1e12
+        row["tflops"] = flops / (result.us * 1e-6) / 1e12
+        row["check"] = check(sets)
+    except Exception as err:  # report and go on
+        row["error"] = error_text(err)
+    finally:
+        del sets
+        release(device)
+    return row

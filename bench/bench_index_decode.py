@@ -36,10 +36,11 @@ import torch  # noqa: E402
 
 import msa_ops  # noqa: E402
 from _suite import (LOW_LATENCY_B, LOW_LATENCY_N, MEMORY_BUDGET, OFFICIAL_B, OFFICIAL_N,  # noqa: E402
-                    OFFICIAL_WEIGHTS, Q_LEN, TOPK, copy_roofline, error_text, fmt_case, official_weight,
-                    parse_cases, parse_list, pick_device, release, suite_of, suite_pairs, timing_plan,
+                    OFFICIAL_WEIGHTS, Q_LEN, TOPK, copy_roofline, fmt_case, official_weight,
+                    overall_verdict, parse_cases, parse_choices, parse_list, pick_device, suite_of,
+                    suite_pairs, time_sets, timing_plan,
                     timing_protocol, verdict, weighted_mbu)
-from msa_ops.bench import bench, format_table, rotations_for, write_json  # noqa: E402
+from msa_ops.bench import format_table, rotations_for, write_json  # noqa: E402
 from msa_ops.testing.paged import INDEX_DIM, PAGE_SIZE, official_decode_lengths, pages_needed  # noqa: E402
 
 # ------------------------------------------------------------------------------------------ workloads (SPEC §7)
@@ -255,27 +256,10 @@ def run_case(case: Case, device: torch.device, l2_bytes: int | None, quick: bool
         "rotations": rotations}
     calls, warmup, samples = timing_plan(geo.model_bytes, rotations, device, quick)
     row["calls"] = calls
-    sets = None
-    try:
-        seed = 1701 + 1009 * case.batch + case.nominal + 7919 * case.heads + 104729 * case.q_len
-        sets = build_sets(case, geo, rotations, device, seed)
-        bound = [sets.args(i) for i in range(rotations)]          # the graph captures exactly these tensors
-
-        def make_call(i: int):
-            args, kwargs = bound[i]
-            return lambda: msa_ops.index_decode(*args, **kwargs)
-
-        result = bench(make_call, device, rotations=rotations, calls_per_sample=calls, warmup=warmup,
-                       samples=samples)
-        row.update(result.to_dict())
-        row["tbps"] = result.bytes_per_s(geo.model_bytes) / 1e12
-        row["tflops"] = geo.flops / (result.us * 1e-6) / 1e12
-        row["check"] = check_topk(sets.out, geo.pos)            # every set was written by the timed calls
-    except Exception as err:  # report and go on: one failing case must not lose the whole sweep
-        row["error"] = error_text(err)
-    finally:
-        del sets
-        release(device)
+    seed = 1701 + 1009 * case.batch + case.nominal + 7919 * case.heads + 104729 * case.q_len
+    time_sets(row, msa_ops.index_decode, lambda: build_sets(case, geo, rotations, device, seed),
+              lambda sets: check_topk(sets.out, geo.pos), device, rotations=rotations, calls=calls,
+              warmup=warmup, samples=samples, model_bytes=geo.model_bytes, flops=geo.flops)
     return row
 
 
@@ -357,35 +341,18 @@ def print_summary(summary: list[dict[str, Any]], overall: str, cpu: bool) -> Non
     print(f"summary: issue 3 bars: {overall}{tag}")
 
 
-def overall_verdict(summary: list[dict[str, Any]], cpu: bool) -> str:
-    """PASS only when every bar that applies was measured and met; a partial suite says so. The bars are GPU
-    bars: a CPU run only reports whether every case ran and gave well-formed TopK rows."""
-    if cpu:
-        bad = sum(s["errors"] + s["bad_checks"] for s in summary)
-        what = f"{bad} case(s) failed or gave malformed TopK rows" if bad else "every case ran, TopK rows well-formed"
-        return "n/a on the CPU (GPU bars); " + what
-    verdicts = [(f"{s['keys']}/H{s['H']}:{k}", v) for s in summary for k, v in s["bars"].items()]
-    failed = [name for name, v in verdicts if v is False]
-    measured = [v for _, v in verdicts if v is not None]
+def overall_verdict_of(summary: list[dict[str, Any]], cpu: bool) -> str:
     configs = {(s["keys"], s["H"]) for s in summary}
     complete = (all(s["complete"] for s in summary if s["keys"] in ("nvfp4", "fp8"))
                 and configs >= {(k, h) for k in ("nvfp4", "fp8") for h in (4, 1)})
-    if not measured:
-        return "n/a (no case of the bars measured)"
-    overall = "FAIL (" + ", ".join(failed) + ")" if failed else "PASS"
-    return overall if complete else overall + " [partial suite: indicative only]"
+    return overall_verdict(summary, cpu, lambda s: f"{s['keys']}/H{s['H']}", complete,
+                           "gave malformed TopK rows", "every case ran, TopK rows well-formed")
 
 
 # ------------------------------------------------------------------------------------------------------ CLI
 
 def parse_keys(text: str) -> list[str]:
-    out = []
-    for t in parse_list(text):
-        t = KEY_ALIASES.get(t, t)
-        if t not in KEYS:
-            raise argparse.ArgumentTypeError(f"unknown key format {t!r}; choose from {', '.join(KEYS)}")
-        out.append(t)
-    return out
+    return parse_choices(text, KEYS, KEY_ALIASES, "key format")
 
 
 def parse_heads(text: str) -> list[int]:
@@ -472,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     configs = list(dict.fromkeys((c.keys, c.heads) for c in cases if c.q_len == Q_LEN))
     summary = summarize(rows, configs, copy_bps)
-    overall = overall_verdict(summary, cpu)
+    overall = overall_verdict_of(summary, cpu)
 
     payload = {"benchmark": "index_decode", "mode": "cpu-smoke" if cpu else "cuda", "quick": args.quick,
                "copy_bytes": copy_bytes, "copy_bandwidths_bytes_per_s": copy_ways,

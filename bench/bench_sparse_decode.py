@@ -44,7 +44,8 @@ import torch.nn.functional as F  # noqa: E402
 import msa_ops  # noqa: E402
 from _suite import (GiB, LOW_LATENCY_B, LOW_LATENCY_N, MEMORY_BUDGET, OFFICIAL_B, OFFICIAL_N,  # noqa: E402
                     OFFICIAL_WEIGHTS, Q_LEN, TOPK, copy_roofline, error_text, fmt_case, official_weight,
-                    parse_cases, parse_list, pick_device, release, suite_of, suite_pairs, timing_plan,
+                    overall_verdict, parse_cases, parse_choices, parse_list, pick_device, release, suite_of,
+                    suite_pairs, time_sets, timing_plan,
                     timing_protocol, verdict, weighted_mbu)
 from msa_ops.bench import bench, format_table, rotations_for, write_json  # noqa: E402
 from msa_ops.reference.sparse_attention import sparse_decode_reference  # noqa: E402
@@ -346,26 +347,9 @@ def run_case(case: Case, device: torch.device, l2_bytes: int | None, quick: bool
         "dense_mb": plan.dense_bytes / 1e6, "rotations": rotations}
     calls, warmup, samples = timing_plan(math.ceil(plan.model_bytes), rotations, device, quick)
     row["calls"] = calls
-    sets = None
-    try:
-        sets = build_sets(case, plan, ws, device, seed)
-        bound = [sets.args(i) for i in range(rotations)]          # the graph captures exactly these tensors
-
-        def make_call(i: int):
-            args, kwargs = bound[i]
-            return lambda: msa_ops.sparse_decode(*args, **kwargs)
-
-        result = bench(make_call, device, rotations=rotations, calls_per_sample=calls, warmup=warmup,
-                       samples=samples)
-        row.update(result.to_dict())
-        row["tbps"] = result.bytes_per_s(plan.model_bytes) / 1e12
-        row["tflops"] = row["flops"] / (result.us * 1e-6) / 1e12
-        row["check"] = check_output(sets)                        # every set was written by the timed calls
-    except Exception as err:  # report and go on: one failing case must not lose the whole sweep
-        row["error"] = error_text(err)
-    finally:
-        del sets
-        release(device)
+    time_sets(row, msa_ops.sparse_decode, lambda: build_sets(case, plan, ws, device, seed), check_output, device,
+              rotations=rotations, calls=calls, warmup=warmup, samples=samples, model_bytes=plan.model_bytes,
+              flops=row["flops"])
     return row
 
 
@@ -495,34 +479,17 @@ def print_summary(summary: list[dict[str, Any]], overall: str, cpu: bool) -> Non
     print(f"summary: issue 4 bars: {overall}{tag}")
 
 
-def overall_verdict(summary: list[dict[str, Any]], cpu: bool) -> str:
-    """PASS only when every bar that applies was measured and met; a partial suite says so. The bars are GPU
-    bars: a CPU run only reports whether every case ran and gave a correct-looking output."""
-    if cpu:
-        bad = sum(s["errors"] + s["bad_checks"] for s in summary)
-        what = f"{bad} case(s) failed or gave a bad output" if bad else "every case ran, outputs check out"
-        return "n/a on the CPU (GPU bars); " + what
-    verdicts = [(f"{s['kv']}/{s['geometry']}:{k}", v) for s in summary for k, v in s["bars"].items()]
-    failed = [name for name, v in verdicts if v is False]
-    measured = [v for _, v in verdicts if v is not None]
+def overall_verdict_of(summary: list[dict[str, Any]], cpu: bool) -> str:
     configs = {(s["kv"], s["geometry"]) for s in summary}
     complete = all(s["complete"] for s in summary) and configs >= {(k, g) for k in KV for g in GEOMETRIES}
-    if not measured:
-        return "n/a (no case of the bars measured)"
-    overall = "FAIL (" + ", ".join(failed) + ")" if failed else "PASS"
-    return overall if complete else overall + " [partial suite: indicative only]"
+    return overall_verdict(summary, cpu, lambda s: f"{s['kv']}/{s['geometry']}", complete, "gave a bad output",
+                           "every case ran, outputs check out")
 
 
 # ------------------------------------------------------------------------------------------------------ CLI
 
 def parse_kv(text: str) -> list[str]:
-    out = []
-    for t in parse_list(text):
-        t = KV_ALIASES.get(t, t)
-        if t not in KV:
-            raise argparse.ArgumentTypeError(f"unknown KV format {t!r}; choose from {', '.join(KV)}")
-        out.append(t)
-    return out
+    return parse_choices(text, KV, KV_ALIASES, "KV format")
 
 
 def parse_geometry(text: str) -> list[tuple[int, int]]:
@@ -647,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     configs = list(dict.fromkeys((c.kv, c.geometry) for c in cases))
     summary = [summarize_config(rows, kv, geometry, copy_bps) for kv, geometry in configs]
-    overall = overall_verdict(summary, cpu)
+    overall = overall_verdict_of(summary, cpu)
 
     payload.update({
         "copy_bytes": copy_bytes, "copy_bandwidths_bytes_per_s": copy_ways, "copy_bandwidth_bytes_per_s": copy_bps,

@@ -15,7 +15,6 @@ the CPU, and the demo says so.
 from __future__ import annotations
 
 import argparse
-import math
 import time
 
 import torch
@@ -158,10 +157,13 @@ def decode_step(device: torch.device, batch: int, context: int, repeats: int) ->
     if device.type == "cuda" or context <= 8192:
         b0 = batch - 1
         n = int(seq_lens[b0])
-        keys = k_bf16[page_table[b0, :pages_per_request[b0]].long()].transpose(0, 1).reshape(KV_HEADS, -1, HEAD_DIM)[:, :n]
-        vals = v_bf16[page_table[b0, :pages_per_request[b0]].long()].transpose(0, 1).reshape(KV_HEADS, -1, HEAD_DIM)[:, :n]
-        keys = keys.repeat_interleave(Q_HEADS // KV_HEADS, 0).unsqueeze(0).to(device)
-        vals = vals.repeat_interleave(Q_HEADS // KV_HEADS, 0).unsqueeze(0).to(device)
+        pages = page_table[b0, :pages_per_request[b0]].long()
+
+        def dense(cache: torch.Tensor) -> torch.Tensor:  # request b0's [1, Hq, n, 128] keys or values
+            per_head = cache[pages].transpose(0, 1).reshape(KV_HEADS, -1, HEAD_DIM)[:, :n]
+            return per_head.repeat_interleave(Q_HEADS // KV_HEADS, 0).unsqueeze(0).to(device)
+
+        keys, vals = dense(k_bf16), dense(v_bf16)
         qd = q[b0 * Q_LEN:(b0 + 1) * Q_LEN].to(torch.bfloat16).transpose(0, 1).unsqueeze(0).to(device)
         mask = torch.ones(Q_LEN, n, dtype=torch.bool, device=device).tril(n - Q_LEN)
         dense = lambda: torch.nn.functional.scaled_dot_product_attention(qd, keys, vals, attn_mask=mask)  # noqa: E731

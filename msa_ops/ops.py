@@ -150,6 +150,30 @@ def _check_inner_contiguous(name: str, t: torch.Tensor) -> None:
         raise ValueError(f"the last dimension of {name} must be contiguous (stride 1), got strides {t.stride()}")
 
 
+def _check_paged(page_table: torch.Tensor, seq_lens: torch.Tensor, batch: int | None, ref: torch.Tensor,
+                 ref_name: str) -> tuple[int, int]:
+    """page_table int32 [B, max_pages] (unit inner stride) and seq_lens int32 [B] (contiguous) on ref's device;
+    B is ``batch`` when given, else taken from page_table. Returns (B, max_pages)."""
+    if page_table.dtype != torch.int32:
+        raise TypeError(f"page_table must be int32, got {page_table.dtype}")
+    if page_table.dim() != 2 or (batch is not None and page_table.shape[0] != batch):
+        b = "B" if batch is None else f"B = {batch}"
+        raise ValueError(f"page_table must have shape [{b}, max_pages], got {tuple(page_table.shape)}")
+    batch, max_pages = page_table.shape
+    if not 1 <= max_pages <= MAX_PAGES:
+        raise ValueError(f"page_table's max_pages must be in [1, {MAX_PAGES}], got {max_pages}")
+    _check_inner_contiguous("page_table", page_table)
+    _check_device("page_table", page_table, ref, ref_name)
+    if seq_lens.dtype != torch.int32:
+        raise TypeError(f"seq_lens must be int32, got {seq_lens.dtype}")
+    if seq_lens.dim() != 1 or seq_lens.shape[0] != batch:
+        raise ValueError(f"seq_lens must have shape [B = {batch}] (page_table's rows), got {tuple(seq_lens.shape)}")
+    if batch > 1 and seq_lens.stride(0) != 1:
+        raise ValueError(f"seq_lens must be contiguous, got stride {seq_lens.stride(0)}")
+    _check_device("seq_lens", seq_lens, ref, ref_name)
+    return batch, max_pages
+
+
 def _check_topk_out(out, heads: int, tokens: int, topk: int, ref: torch.Tensor, ref_name: str) -> torch.Tensor:
     if out is None:
         return torch.empty((heads, tokens, topk), dtype=torch.int32, device=ref.device)
@@ -254,22 +278,7 @@ def index_decode(q_idx: torch.Tensor, index_k: torch.Tensor, page_table: torch.T
         raise TypeError(f"q_idx ({q_idx.dtype}) and index_k ({index_k.dtype}) do not go together: float8_e4m3fn "
                         "q_idx needs float8_e4m3fn or NVFP4 (uint8) index_k, bfloat16 q_idx needs bfloat16 index_k")
 
-    if page_table.dtype != torch.int32:
-        raise TypeError(f"page_table must be int32, got {page_table.dtype}")
-    if page_table.dim() != 2 or page_table.shape[0] != batch:
-        raise ValueError(f"page_table must have shape [B = {batch}, max_pages], got {tuple(page_table.shape)}")
-    max_pages = page_table.shape[1]
-    if not 1 <= max_pages <= MAX_PAGES:
-        raise ValueError(f"page_table's max_pages must be in [1, {MAX_PAGES}], got {max_pages}")
-    _check_inner_contiguous("page_table", page_table)
-    _check_device("page_table", page_table, q_idx, "q_idx")
-    if seq_lens.dtype != torch.int32:
-        raise TypeError(f"seq_lens must be int32, got {seq_lens.dtype}")
-    if seq_lens.dim() != 1 or seq_lens.shape[0] != batch:
-        raise ValueError(f"seq_lens must have shape [B = {batch}], got {tuple(seq_lens.shape)}")
-    if batch > 1 and seq_lens.stride(0) != 1:
-        raise ValueError(f"seq_lens must be contiguous, got stride {seq_lens.stride(0)}")
-    _check_device("seq_lens", seq_lens, q_idx, "q_idx")
+    _, max_pages = _check_paged(page_table, seq_lens, batch, q_idx, "q_idx")
 
     tokens = batch * q_len
     out = _check_topk_out(out, heads, tokens, topk, q_idx, "q_idx")
@@ -443,22 +452,7 @@ def sparse_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk: torch
         raise TypeError(f"q ({q.dtype}) and k/v ({k.dtype}) do not go together: float8_e4m3fn q needs "
                         "float8_e4m3fn or NVFP4 (uint8) k/v, bfloat16 q needs bfloat16 k/v")
 
-    if page_table.dtype != torch.int32:
-        raise TypeError(f"page_table must be int32, got {page_table.dtype}")
-    if page_table.dim() != 2:
-        raise ValueError(f"page_table must have shape [B, max_pages], got {tuple(page_table.shape)}")
-    batch, max_pages = page_table.shape
-    if not 1 <= max_pages <= MAX_PAGES:
-        raise ValueError(f"page_table's max_pages must be in [1, {MAX_PAGES}], got {max_pages}")
-    _check_inner_contiguous("page_table", page_table)
-    _check_device("page_table", page_table, q, "q")
-    if seq_lens.dtype != torch.int32:
-        raise TypeError(f"seq_lens must be int32, got {seq_lens.dtype}")
-    if seq_lens.dim() != 1 or seq_lens.shape[0] != batch:
-        raise ValueError(f"seq_lens must have shape [B = {batch}] (page_table's rows), got {tuple(seq_lens.shape)}")
-    if batch > 1 and seq_lens.stride(0) != 1:
-        raise ValueError(f"seq_lens must be contiguous, got stride {seq_lens.stride(0)}")
-    _check_device("seq_lens", seq_lens, q, "q")
+    batch, _ = _check_paged(page_table, seq_lens, None, q, "q")
     if batch == 0:
         if tokens != 0:
             raise ValueError(f"q has {tokens} query tokens but there are no requests (B = 0)")

@@ -11,7 +11,7 @@ import torch
 
 import msa_ops
 from msa_ops.reference import indexer as R
-from msa_ops.testing import DEVICES, poison_cuda_allocator, requires_cuda
+from msa_ops.testing import DEVICES, poison_cuda_allocator, requires_cuda, skip_cuda_without_kernel
 from msa_ops.testing.indexer import (assert_scores_close, assert_topk_contract, assert_topk_equal, poison_scores,
                                      poison_topk)
 from msa_ops.testing.paged import KEY_FORMATS, PAGE_LAYOUTS, make_index_decode_case
@@ -22,11 +22,7 @@ LENGTHS = [1, 127, 128, 129, 2047, 2048, 2049, 12_877]
 
 @pytest.fixture(autouse=True)
 def _skip_cuda_until_kernel_lands(request):
-    """The CUDA kernels come separately: until a build registers them, the CUDA cases skip (not fail)."""
-    callspec = getattr(request.node, "callspec", None)
-    device = callspec.params.get("device") if callspec else ("cuda" if "cuda" in request.node.name else None)
-    if device == "cuda" and not torch._C._dispatch_has_kernel_for_dispatch_key("msa::index_decode", "CUDA"):
-        pytest.skip("msa::index_decode has no CUDA kernel in this build")
+    skip_cuda_without_kernel(request, "index_decode")
 
 
 def _check_case(case, topk: int = 16, init_blocks: int = 0, local_blocks: int = 1, out=None, scores_out=None,

@@ -12,7 +12,7 @@ import torch
 
 import msa_ops
 from msa_ops.reference import sparse_attention as R
-from msa_ops.testing import DEVICES, poison_cuda_allocator, requires_cuda
+from msa_ops.testing import DEVICES, poison_cuda_allocator, requires_cuda, skip_cuda_without_kernel
 from msa_ops.testing.attention import assert_attention_close, poison_attention_out, poison_lse
 from msa_ops.testing.paged import (KV_FORMATS, PAGE_LAYOUTS, SparseDecodeCase, make_kv_cache,
                                    make_attention_queries, make_sparse_decode_case, random_topk_rows)
@@ -25,11 +25,7 @@ GEOMETRIES = [(64, 4), (16, 1), (32, 4), (8, 1)]
 
 @pytest.fixture(autouse=True)
 def _skip_cuda_until_kernel_lands(request):
-    """The CUDA kernel comes separately: until a build registers it, the CUDA cases skip (not fail)."""
-    callspec = getattr(request.node, "callspec", None)
-    device = callspec.params.get("device") if callspec else ("cuda" if "cuda" in request.node.name else None)
-    if device == "cuda" and not torch._C._dispatch_has_kernel_for_dispatch_key("msa::sparse_decode", "CUDA"):
-        pytest.skip("msa::sparse_decode has no CUDA kernel in this build")
+    skip_cuda_without_kernel(request, "sparse_decode")
 
 
 def _reference(case: SparseDecodeCase, sm_scale: float | None = None):

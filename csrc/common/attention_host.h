@@ -119,22 +119,10 @@ inline DecodeShape check_sparse_decode_args(const at::Tensor& q, const at::Tenso
               "bfloat16 q needs bfloat16 k/v; got ",
               q.scalar_type(), " and ", kv_format_name(s.kv));
 
-  // page_table int32 [B, max_pages] (unit inner stride), seq_lens int32 [B] (contiguous); Q = T / B.
-  TORCH_CHECK(page_table.scalar_type() == at::kInt, op, ": page_table must be int32, got ",
-              page_table.scalar_type());
-  TORCH_CHECK(page_table.dim() == 2, op, ": page_table must have shape [B, max_pages], got ", page_table.sizes());
-  s.batch = page_table.size(0);
-  s.max_pages = page_table.size(1);
-  TORCH_CHECK(s.max_pages >= 1 && s.max_pages <= kMaxPages, op, ": page_table's max_pages must be in [1, ",
-              kMaxPages, "], got ", s.max_pages);
-  check_inner_contiguous(page_table, "page_table", op);
-  check_same_device(page_table, "page_table", q, "q", op);
-  TORCH_CHECK(seq_lens.scalar_type() == at::kInt, op, ": seq_lens must be int32, got ", seq_lens.scalar_type());
-  TORCH_CHECK(seq_lens.dim() == 1 && seq_lens.size(0) == s.batch, op, ": seq_lens must have shape [B = ", s.batch,
-              "] (page_table's rows), got ", seq_lens.sizes());
-  TORCH_CHECK(s.batch <= 1 || seq_lens.stride(0) == 1, op, ": seq_lens must be contiguous, got stride ",
-              seq_lens.stride(0));
-  check_same_device(seq_lens, "seq_lens", q, "q", op);
+  // page_table int32 [B, max_pages], seq_lens int32 [B]; Q = T / B.
+  const index::PagedShape paged = index::check_paged_inputs(page_table, seq_lens, -1, q, "q", op);
+  s.batch = paged.batch;
+  s.max_pages = paged.max_pages;
   if (s.batch == 0) {
     TORCH_CHECK(s.tokens == 0, op, ": q has ", s.tokens, " query tokens but there are no requests (B = 0)");
   } else {

@@ -66,6 +66,37 @@ inline void check_topk_out(const at::Tensor& out, int64_t heads, int64_t tokens,
   check_writable(out, "out", op);
 }
 
+struct PagedShape {
+  int64_t batch = 0;
+  int64_t max_pages = 0;
+};
+
+// page_table int32 [B, max_pages] (unit inner stride), seq_lens int32 [B] (contiguous), on ref's device.
+// expected_batch < 0: B is taken from page_table.
+inline PagedShape check_paged_inputs(const at::Tensor& page_table, const at::Tensor& seq_lens,
+                                     int64_t expected_batch, const at::Tensor& ref, const char* ref_name,
+                                     const char* op) {
+  PagedShape p;
+  TORCH_CHECK(page_table.scalar_type() == at::kInt, op, ": page_table must be int32, got ",
+              page_table.scalar_type());
+  TORCH_CHECK(page_table.dim() == 2 && (expected_batch < 0 || page_table.size(0) == expected_batch), op,
+              ": page_table must have shape [B", expected_batch < 0 ? "" : c10::str(" = ", expected_batch),
+              ", max_pages], got ", page_table.sizes());
+  p.batch = page_table.size(0);
+  p.max_pages = page_table.size(1);
+  TORCH_CHECK(p.max_pages >= 1 && p.max_pages <= kMaxPages, op, ": page_table's max_pages must be in [1, ",
+              kMaxPages, "], got ", p.max_pages);
+  check_inner_contiguous(page_table, "page_table", op);
+  check_same_device(page_table, "page_table", ref, ref_name, op);
+  TORCH_CHECK(seq_lens.scalar_type() == at::kInt, op, ": seq_lens must be int32, got ", seq_lens.scalar_type());
+  TORCH_CHECK(seq_lens.dim() == 1 && seq_lens.size(0) == p.batch, op, ": seq_lens must have shape [B = ", p.batch,
+              "] (page_table's rows), got ", seq_lens.sizes());
+  TORCH_CHECK(p.batch <= 1 || seq_lens.stride(0) == 1, op, ": seq_lens must be contiguous, got stride ",
+              seq_lens.stride(0));
+  check_same_device(seq_lens, "seq_lens", ref, ref_name, op);
+  return p;
+}
+
 inline DecodeShape check_index_decode_args(const at::Tensor& q_idx, const at::Tensor& index_k,
                                            const std::optional<at::Tensor>& index_k_scales,
                                            const at::Tensor& page_table, const at::Tensor& seq_lens, int64_t topk,
@@ -121,22 +152,8 @@ inline DecodeShape check_index_decode_args(const at::Tensor& q_idx, const at::Te
               "index_k, bfloat16 q_idx needs bfloat16 index_k; got ",
               q_idx.scalar_type(), " and ", kd);
 
-  // page_table int32 [B, max_pages] (unit inner stride), seq_lens int32 [B] (contiguous).
-  TORCH_CHECK(page_table.scalar_type() == at::kInt, op, ": page_table must be int32, got ",
-              page_table.scalar_type());
-  TORCH_CHECK(page_table.dim() == 2 && page_table.size(0) == s.batch, op,
-              ": page_table must have shape [B = ", s.batch, ", max_pages], got ", page_table.sizes());
-  s.max_pages = page_table.size(1);
-  TORCH_CHECK(s.max_pages >= 1 && s.max_pages <= kMaxPages, op, ": page_table's max_pages must be in [1, ",
-              kMaxPages, "], got ", s.max_pages);
-  check_inner_contiguous(page_table, "page_table", op);
-  check_same_device(page_table, "page_table", q_idx, "q_idx", op);
-  TORCH_CHECK(seq_lens.scalar_type() == at::kInt, op, ": seq_lens must be int32, got ", seq_lens.scalar_type());
-  TORCH_CHECK(seq_lens.dim() == 1 && seq_lens.size(0) == s.batch, op, ": seq_lens must have shape [B = ", s.batch,
-              "], got ", seq_lens.sizes());
-  TORCH_CHECK(s.batch <= 1 || seq_lens.stride(0) == 1, op, ": seq_lens must be contiguous, got stride ",
-              seq_lens.stride(0));
-  check_same_device(seq_lens, "seq_lens", q_idx, "q_idx", op);
+  const PagedShape paged = check_paged_inputs(page_table, seq_lens, s.batch, q_idx, "q_idx", op);
+  s.max_pages = paged.max_pages;
 
   check_topk_options(topk, init_blocks, local_blocks, op);
   check_topk_out(out, s.heads, s.tokens(), topk, q_idx, "q_idx", op);

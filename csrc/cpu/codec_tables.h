@@ -38,4 +38,21 @@ inline const Nvfp4Table& nvfp4_table() {
   return table;
 }
 
+// One row of n NVFP4 codes (element 2i in the low nibble of byte i) with its n/16 scales -> fp32 values of
+// the E4M3 dequant above.
+inline void decode_nvfp4_row(const uint8_t* codes, const uint8_t* scales, int64_t n, float* row) {
+  const auto& value = nvfp4_table().value;
+  for (int64_t d = 0; d < n; d += 2) {
+    const float* group = value[scales[d / nvfp4::kGroup]];
+    row[d] = group[codes[d / 2] & 0xF];
+    row[d + 1] = group[codes[d / 2] >> 4];
+  }
+}
+
+// One row of n E4M3 bytes -> fp32 (exact).
+inline void decode_e4m3_row(const uint8_t* src, int64_t n, float* row) {
+  const float* value = e4m3_table().value;
+  for (int64_t d = 0; d < n; ++d) row[d] = value[src[d]];
+}
+
 }  // namespace msa::cpu

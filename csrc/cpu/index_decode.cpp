@@ -33,7 +33,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 const float kBf16ScoreScale = static_cast<float>(1.0 / std::sqrt(128.0));
 
 using cpu::e4m3_table;
-using cpu::nvfp4_table;
+using cpu::decode_e4m3_row;
+using cpu::decode_nvfp4_row;
 
 // Where the index keys of one physical page live. Strides are in elements of the key dtype (bytes for
 // NVFP4 / E4M3); only the innermost row is contiguous.
@@ -49,26 +50,17 @@ struct KeyCache {
 // Decodes the 128 keys of physical page `page` to fp32 rows `keys[token * 128 + d]`, exactly as the indexer
 // multiplies them: NVFP4 via E4M3 (e4m3_rne_satfinite(e2m1 * scale), SPEC §2), E4M3 and BF16 widened.
 void load_page_keys(const KeyCache& cache, int64_t page, float* keys) {
-  const float* e4m3 = e4m3_table().value;
-  const auto& nvfp4_value = nvfp4_table().value;
   for (int64_t token = 0; token < kPageSize; ++token) {
     float* row = keys + token * kIndexDim;
     switch (cache.format) {
-      case KeyFormat::kNvfp4: {
-        const uint8_t* codes = cache.bytes + page * cache.page_stride + token * cache.token_stride;
-        const uint8_t* scales = cache.scales + page * cache.scale_page_stride + token * cache.scale_token_stride;
-        for (int64_t d = 0; d < kIndexDim; d += 2) {  // element 2i in the low nibble of byte i
-          const float* group = nvfp4_value[scales[d / nvfp4::kGroup]];
-          row[d] = group[codes[d / 2] & 0xF];
-          row[d + 1] = group[codes[d / 2] >> 4];
-        }
+      case KeyFormat::kNvfp4:
+        decode_nvfp4_row(cache.bytes + page * cache.page_stride + token * cache.token_stride,
+                         cache.scales + page * cache.scale_page_stride + token * cache.scale_token_stride,
+                         kIndexDim, row);
         break;
-      }
-      case KeyFormat::kE4M3: {
-        const uint8_t* src = cache.bytes + page * cache.page_stride + token * cache.token_stride;
-        for (int64_t d = 0; d < kIndexDim; ++d) row[d] = e4m3[src[d]];
+      case KeyFormat::kE4M3:
+        decode_e4m3_row(cache.bytes + page * cache.page_stride + token * cache.token_stride, kIndexDim, row);
         break;
-      }
       case KeyFormat::kBF16: {
         const at::BFloat16* src = cache.bf16 + page * cache.page_stride + token * cache.token_stride;
         for (int64_t d = 0; d < kIndexDim; ++d) row[d] = static_cast<float>(src[d]);

@@ -67,28 +67,19 @@ KvCache kv_cache_of(const at::Tensor& cache, const std::optional<at::Tensor>& sc
 // the values the attention multiplies: NVFP4 via E4M3 (e4m3_rne_satfinite(e2m1 * scale), SPEC §2), E4M3 and
 // BF16 widened.
 void load_page_rows(const KvCache& cache, int64_t page, int64_t head, int64_t rows, float* dst) {
-  const float* e4m3 = cpu::e4m3_table().value;
-  const auto& nvfp4_value = cpu::nvfp4_table().value;
   const int64_t base = page * cache.page_stride + head * cache.head_stride;
   for (int64_t token = 0; token < rows; ++token) {
     float* row = dst + token * kHeadDim;
     switch (cache.format) {
-      case KvFormat::kNvfp4: {
-        const uint8_t* codes = cache.bytes + base + token * cache.token_stride;
-        const uint8_t* scales = cache.scales + page * cache.scale_page_stride + head * cache.scale_head_stride +
-                                token * cache.scale_token_stride;
-        for (int64_t d = 0; d < kHeadDim; d += 2) {  // element 2i in the low nibble of byte i
-          const float* group = nvfp4_value[scales[d / nvfp4::kGroup]];
-          row[d] = group[codes[d / 2] & 0xF];
-          row[d + 1] = group[codes[d / 2] >> 4];
-        }
+      case KvFormat::kNvfp4:
+        cpu::decode_nvfp4_row(cache.bytes + base + token * cache.token_stride,
+                              cache.scales + page * cache.scale_page_stride + head * cache.scale_head_stride +
+                                  token * cache.scale_token_stride,
+                              kHeadDim, row);
         break;
-      }
-      case KvFormat::kE4M3: {
-        const uint8_t* src = cache.bytes + base + token * cache.token_stride;
-        for (int64_t d = 0; d < kHeadDim; ++d) row[d] = e4m3[src[d]];
+      case KvFormat::kE4M3:
+        cpu::decode_e4m3_row(cache.bytes + base + token * cache.token_stride, kHeadDim, row);
         break;
-      }
       case KvFormat::kBF16: {
         const at::BFloat16* src = cache.bf16 + base + token * cache.token_stride;
         for (int64_t d = 0; d < kHeadDim; ++d) row[d] = static_cast<float>(src[d]);

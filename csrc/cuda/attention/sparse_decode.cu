@@ -11,15 +11,13 @@ using msa::cuda::LaunchStatus;
 template <KvKind kKv>
 LaunchStatus launch_kind(const SparseDecodeArgs& a, cudaStream_t stream) {
   auto kernel = sparse_decode_kernel<kKv>;
-  const LaunchStatus image = msa::cuda::kernel_image_status(reinterpret_cast<const void*>(kernel));
-  if (!image.is_ok()) return image;
   constexpr int kSmem = AttnTraits<kKv>::kSmemBytes;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+  const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel), kSmem);
+  if (!ready.is_ok()) return ready;
   const int group = a.q_heads / a.kv_heads;
   const dim3 grid(a.tokens, a.kv_heads, (group + AttnConfig::kRows - 1) / AttnConfig::kRows);
   kernel<<<grid, AttnConfig::kThreads, kSmem, stream>>>(a);
-  err = cudaGetLastError();
+  const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
   return LaunchStatus::ok();
 }

@@ -13,17 +13,6 @@
 #include "ops.h"
 
 namespace msa {
-namespace {
-
-bool aligned_rows(const at::Tensor& t, int64_t alignment) {
-  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % alignment != 0) return false;
-  for (int64_t d = 0; d + 1 < t.dim(); ++d) {
-    if (t.size(d) > 1 && (t.stride(d) * t.element_size()) % alignment != 0) return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 void sparse_decode_cuda(const at::Tensor& q_in, const at::Tensor& k, const at::Tensor& v,
                         const std::optional<at::Tensor>& k_scales, const std::optional<at::Tensor>& v_scales,
@@ -39,12 +28,12 @@ void sparse_decode_cuda(const at::Tensor& q_in, const at::Tensor& k, const at::T
   if (s.tokens == 0) return;
   const c10::cuda::CUDAGuard guard(q_in.device());
   // 16-byte vector loads of q rows and K/V rows: a misaligned q is copied (small); caches must be aligned.
-  const at::Tensor q = aligned_rows(q_in, 16) ? q_in : q_in.contiguous();
-  TORCH_CHECK(aligned_rows(k, 16) && aligned_rows(v, 16), op,
+  const at::Tensor q = msa::cuda::rows_aligned(q_in, 16) ? q_in : q_in.contiguous();
+  TORCH_CHECK(msa::cuda::rows_aligned(k, 16) && msa::cuda::rows_aligned(v, 16), op,
               ": k and v rows must start on 16-byte boundaries (data pointers and strides); got strides ",
               k.strides(), " and ", v.strides());
   if (s.kv == attention::KvFormat::kNvfp4) {
-    TORCH_CHECK(aligned_rows(*k_scales, 8) && aligned_rows(*v_scales, 8), op,
+    TORCH_CHECK(msa::cuda::rows_aligned(*k_scales, 8) && msa::cuda::rows_aligned(*v_scales, 8), op,
                 ": k_scales and v_scales rows must start on 8-byte boundaries");
   }
 

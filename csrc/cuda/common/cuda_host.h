@@ -1,6 +1,9 @@
 // Torch-side helpers for the CUDA host code (compiled by the C++ compiler, not nvcc).
 #pragma once
 
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
@@ -12,6 +15,16 @@
 #endif
 
 namespace msa::cuda {
+
+// True when every row of `t` (all dims but the last) starts on an `alignment`-byte boundary, so kernels may
+// load rows with vectors of that width.
+inline bool rows_aligned(const at::Tensor& t, int64_t alignment) {
+  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % alignment != 0) return false;
+  for (int64_t d = 0; d + 1 < t.dim(); ++d) {
+    if (t.size(d) > 1 && (t.stride(d) * t.element_size()) % alignment != 0) return false;
+  }
+  return true;
+}
 
 // Turns a launcher's status into one clear error: for a missing kernel image, the GPU's name, its compute
 // capability and the targets this build has.

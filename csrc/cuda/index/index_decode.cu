@@ -17,13 +17,9 @@ LaunchStatus last_error() {
 template <KeyKind kKeys, int kMTiles>
 LaunchStatus launch_scores_tiles(const ScoreArgs& a, cudaStream_t stream) {
   auto kernel = index_scores_kernel<kKeys, kMTiles>;
-  const LaunchStatus image = msa::cuda::kernel_image_status(reinterpret_cast<const void*>(kernel));
-  if (!image.is_ok()) return image;
   constexpr int kSmem = ScoreTraits<kKeys>::kSmemBytes;
-  if constexpr (kSmem > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
-  }
+  const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel), kSmem);
+  if (!ready.is_ok()) return ready;
   const dim3 grid((a.max_pages + ScoreConfig::kPagesPerCta - 1) / ScoreConfig::kPagesPerCta, a.batch);
   kernel<<<grid, ScoreConfig::kThreads, kSmem, stream>>>(a);
   return last_error();
@@ -53,8 +49,8 @@ LaunchStatus launch_scores(const ScoreArgs& args, cudaStream_t stream) {
 LaunchStatus launch_select(const SelectArgs& args, cudaStream_t stream) {
   const int rows = args.heads * args.tokens;
   if (rows == 0) return LaunchStatus::ok();
-  const LaunchStatus image = msa::cuda::kernel_image_status(reinterpret_cast<const void*>(topk_select_kernel));
-  if (!image.is_ok()) return image;
+  const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(topk_select_kernel));
+  if (!ready.is_ok()) return ready;
   topk_select_kernel<<<rows, SelectConfig::kThreads, 0, stream>>>(args);
   return last_error();
 }

@@ -14,14 +14,6 @@
 namespace msa {
 namespace {
 
-bool aligned_rows(const at::Tensor& t, int64_t alignment) {
-  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % alignment != 0) return false;
-  for (int64_t d = 0; d + 1 < t.dim(); ++d) {
-    if (t.size(d) > 1 && (t.stride(d) * t.element_size()) % alignment != 0) return false;
-  }
-  return true;
-}
-
 index::SelectArgs select_args(const at::Tensor& scores, int64_t topk, int64_t init_blocks, int64_t local_blocks,
                               const at::Tensor& out) {
   index::SelectArgs a{};
@@ -57,12 +49,12 @@ void index_decode_cuda(const at::Tensor& q_idx_in, const at::Tensor& index_k,
   const c10::cuda::CUDAGuard guard(q_idx_in.device());
   // Query rows are loaded as 16-byte vectors: a misaligned view is copied (it is small); the key cache is
   // never copied, so it must be aligned.
-  const at::Tensor q_idx = aligned_rows(q_idx_in, 16) ? q_idx_in : q_idx_in.contiguous();
-  TORCH_CHECK(aligned_rows(index_k, 16), op,
+  const at::Tensor q_idx = msa::cuda::rows_aligned(q_idx_in, 16) ? q_idx_in : q_idx_in.contiguous();
+  TORCH_CHECK(msa::cuda::rows_aligned(index_k, 16), op,
               ": index_k's rows must start on 16-byte boundaries (data pointer and strides); got strides ",
               index_k.strides());
   if (s.keys == index::KeyFormat::kNvfp4) {
-    TORCH_CHECK(aligned_rows(*index_k_scales, 4), op,
+    TORCH_CHECK(msa::cuda::rows_aligned(*index_k_scales, 4), op,
                 ": index_k_scales' rows must start on 4-byte boundaries; got strides ", index_k_scales->strides());
   }
   const at::Tensor scores = scores_out.has_value()

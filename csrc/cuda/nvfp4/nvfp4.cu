@@ -15,9 +15,9 @@ namespace {
 
 using msa::cuda::LaunchStatus;
 
-// One batch of kThreads * kUnroll parts per block (a part is half a group, or a whole group for
+// One batch of kThreads * unroll parts per block (a part is half a group, or a whole group for
 // dequantize -> E4M3); the kernels loop when a grid would exceed the hardware limit.
-int grid_for(int64_t num_parts, int unroll = Nvfp4Config::kUnroll) {
+int grid_for(int64_t num_parts, int unroll) {
   const int64_t per_block = int64_t(Nvfp4Config::kThreads) * unroll;
   const int64_t needed = (num_parts + per_block - 1) / per_block;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(1) << 30)));
@@ -33,20 +33,16 @@ bool is_power_of_two(float v) {
 }
 
 template <typename... KernelArgs, typename... Args>
-LaunchStatus launch_unrolled(void (*kernel)(KernelArgs...), int unroll, int64_t num_parts, cudaStream_t stream,
-                             Args... args) {
-  const LaunchStatus image = msa::cuda::kernel_image_status(reinterpret_cast<const void*>(kernel));
-  if (!image.is_ok()) return image;
+LaunchStatus launch(void (*kernel)(KernelArgs...), int unroll, int64_t num_parts, cudaStream_t stream,
+                    Args... args) {
+  const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
+  if (!ready.is_ok()) return ready;
   kernel<<<grid_for(num_parts, unroll), Nvfp4Config::kThreads, 0, stream>>>(args...);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
   return LaunchStatus::ok();
 }
 
-template <typename... KernelArgs, typename... Args>
-LaunchStatus launch(void (*kernel)(KernelArgs...), int64_t num_parts, cudaStream_t stream, Args... args) {
-  return launch_unrolled(kernel, Nvfp4Config::kUnroll, num_parts, stream, args...);
-}
 
 // Benchmark knobs for the quantize kernel, read once: MSA_NVFP4_QUANTIZE_UNROLL in {1, 2, 4, 8} (parts per
 // thread) and MSA_NVFP4_QUANTIZE_PARTS in {1, 2} (threads per group). Defaults 2 and 1: fastest in the H200
@@ -65,7 +61,7 @@ LaunchStatus quantize_parts(int64_t num_groups, cudaStream_t stream, const T* x,
                             uint32_t* packed, uint8_t* scales) {
   static const int unroll = env_choice("MSA_NVFP4_QUANTIZE_UNROLL", {1, 2, 4, 8}, 2);
   const int64_t parts = kParts * num_groups;
-#define MSA_Q(U) launch_unrolled(nvfp4_quantize_kernel<T, kVec, kApplyG, U, kParts, kHalf>, U, parts, stream, x, index, \
+#define MSA_Q(U) launch(nvfp4_quantize_kernel<T, kVec, kApplyG, U, kParts, kHalf>, U, parts, stream, x, index, \
                                  num_groups, g, packed, scales)
   switch (unroll) {
     case 1: return MSA_Q(1);
@@ -81,18 +77,26 @@ template <int kU>
 LaunchStatus quantize_bf16_pipelined(int64_t num_groups, cudaStream_t stream, const __nv_bfloat16* x,
                                      GroupIndex index, uint32_t* packed, uint8_t* scales) {
   auto kernel = nvfp4_quantize_bf16_pipelined_kernel<kU>;
-  const LaunchStatus image = msa::cuda::kernel_image_status(reinterpret_cast<const void*>(kernel));
-  if (!image.is_ok()) return image;
-  int device = 0, sms = 0, blocks_per_sm = 0;
+  const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
+  if (!ready.is_ok()) return ready;
+  // Resident blocks per device (SMs x blocks per SM), computed once per device.
+  constexpr int kMaxDevices = 64;
+  static int resident[kMaxDevices] = {};
+  int device = 0;
   cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (err == cudaSuccess) {
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, Nvfp4Config::kThreads, 0);
+  if (err == cudaSuccess && device < kMaxDevices && resident[device] == 0) {
+    int sms = 0, blocks_per_sm = 0;
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (err == cudaSuccess) {
+      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, Nvfp4Config::kThreads, 0);
+    }
+    resident[device] = sms * blocks_per_sm;  // benign race: every writer stores the same value
   }
   if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+  if (device >= kMaxDevices) return {LaunchStatus::Kind::kCudaError, cudaErrorInvalidDevice};
   const int64_t per_block = int64_t(Nvfp4Config::kThreads) * kU;
   const int64_t needed = (num_groups + per_block - 1) / per_block;
-  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * blocks_per_sm)));
+  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(needed, resident[device])));
   kernel<<<grid, Nvfp4Config::kThreads, 0, stream>>>(x, index, num_groups, packed, scales);
   err = cudaGetLastError();
   if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
@@ -142,7 +146,7 @@ LaunchStatus dequantize_mode(const DequantizeArgs& a, cudaStream_t stream) {
   const int64_t num_parts = num_groups * (kGroup / kDequantElems<kOut>);
   // Parts per thread: benchmark knob MSA_NVFP4_DEQUANT_UNROLL in {1, 2, 4} (read once), default 4.
   static const int unroll = env_choice("MSA_NVFP4_DEQUANT_UNROLL", {1, 2, 4}, 4);
-#define MSA_D(VEC, U) launch_unrolled(nvfp4_dequantize_kernel<kOut, kMode, VEC, U>, U, num_parts, stream, a.packed, \
+#define MSA_D(VEC, U) launch(nvfp4_dequantize_kernel<kOut, kMode, VEC, U>, U, num_parts, stream, a.packed, \
                                       packed_index, a.scales, scale_index, num_groups, a.global_scale, inverse, a.out)
   if (aligned(a.packed, a.packed_row_stride, kDequantElems<kOut> / 2)) {
     return unroll == 1 ? MSA_D(true, 1) : unroll == 2 ? MSA_D(true, 2) : MSA_D(true, 4);

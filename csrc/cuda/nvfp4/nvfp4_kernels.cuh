@@ -1,10 +1,10 @@
 // NVFP4 quantize / dequantize kernels. No torch includes. Launchers: nvfp4.cu.
 //
 // Streaming kernels: every byte is touched once, so the design is about access shape and bytes in flight.
-// A thread owns half a group (8 elements): its loads and stores are single 16-byte (bf16 in, bf16 out) or
-// narrower contiguous accesses, so a warp moves one dense span per instruction; the two halves of a group
-// meet through one shuffle (quantize's amax). Each thread issues the loads of kUnroll half-groups before
-// using any, for memory-level parallelism.
+// A thread owns a "part": a whole group, or half a group (kParts = 2: single 16-byte loads of bf16 input or
+// stores of bf16 output, the halves meeting through one shuffle for quantize's amax). Each thread issues the
+// loads of kU parts before using any, for memory-level parallelism. The defaults come from the H200 sweeps
+// in bench/NOTES.md; the launcher exposes the others as benchmark knobs.
 #pragma once
 
 #include <cfloat>
@@ -20,7 +20,6 @@ namespace msa::nvfp4 {
 
 struct Nvfp4Config {
   static constexpr int kThreads = 256;
-  static constexpr int kUnroll = 4;  // parts (half- or whole groups) per thread, loads issued before use
   static constexpr int kHalf = kGroup / 2;
 };
 
