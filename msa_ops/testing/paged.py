@@ -315,7 +315,8 @@ def _move(t: torch.Tensor | None, device, moved: dict) -> torch.Tensor | None:
     storage = t.untyped_storage()
     key = storage.data_ptr()
     if key not in moved:
-        moved[key] = torch.empty(0, dtype=torch.uint8).set_(storage).to(device)  # the whole storage, as bytes
+        whole = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)  # the whole storage, as bytes
+        moved[key] = whole.to(device)
     return moved[key].view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
 
 
