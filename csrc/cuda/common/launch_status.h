@@ -44,4 +44,22 @@ inline LaunchStatus prepare_kernel(const void* kernel, int dynamic_smem = 0) {
   return LaunchStatus::ok();
 }
 
+// Number of SMs of the current device, read once per device (no synchronisation).
+inline LaunchStatus current_sm_count(int& sms) {
+  constexpr int kMaxDevices = 64;
+  static int cached[kMaxDevices] = {};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+  if (device >= kMaxDevices) return {LaunchStatus::Kind::kCudaError, cudaErrorInvalidDevice};
+  if (cached[device] == 0) {
+    int count = 0;
+    err = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+    if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+    cached[device] = count;  // benign race: every writer stores the same value
+  }
+  sms = cached[device];
+  return LaunchStatus::ok();
+}
+
 }  // namespace msa::cuda

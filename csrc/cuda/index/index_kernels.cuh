@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(ScoreConfig::kThreads) index_scores_kernel(con
 
 struct SelectConfig {
   static constexpr int kThreads = 256;
-  static constexpr int kMaxPerThread = 32;  // 8192 pages / 256 threads
+  static constexpr int kMaxPerThread = 32;  // 8192 pages / 256 threads; kernels for 1, 4, 8 and 32
 };
 
 // Order-preserving key: larger score -> larger key; NaN ranks as -inf; -0 == +0.
@@ -301,8 +301,10 @@ __device__ __forceinline__ int block_exclusive_scan(int value, int* warp_sums, i
   return offset + inclusive - value;
 }
 
+template <int kPerThread>
 __global__ void __launch_bounds__(SelectConfig::kThreads) topk_select_kernel(const SelectArgs a) {
   __shared__ int warp_sums[SelectConfig::kThreads / 32];
+  __shared__ int step_counts[2][3][SelectConfig::kThreads / 32];  // double-buffered: one barrier per step
   const int row = blockIdx.x;
   const int h = row / a.tokens, t = row % a.tokens;
   const int pos = a.positions != nullptr ? a.positions[t] : a.seq_lens[t / a.q_len] - a.q_len + t % a.q_len;
@@ -330,23 +332,43 @@ __global__ void __launch_bounds__(SelectConfig::kThreads) topk_select_kernel(con
   const int per_thread = (candidates + blockDim.x - 1) / blockDim.x;
   const int begin = a.init_blocks + threadIdx.x * per_thread;
   const int end = min(begin + per_thread, first_window);
-  uint32_t keys[SelectConfig::kMaxPerThread];
+  uint32_t keys[kPerThread];
 #pragma unroll
-  for (int j = 0; j < SelectConfig::kMaxPerThread; ++j) {
+  for (int j = 0; j < kPerThread; ++j) {
     keys[j] = (j < per_thread && begin + j < end) ? rank_key(scores[begin + j]) : 0u;  // 0: below every key
   }
-  // threshold = the history-th largest key: the largest value with at least `history` keys >= it.
+  // threshold = the history-th largest key: the largest value with at least `history` keys >= it, found two
+  // bits per step (three trial values counted at once; 0 never counts, every trial is >= 1).
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   uint32_t threshold = 0u;
-  for (int bit = 31; bit >= 0; --bit) {
-    const uint32_t trial = threshold | (1u << bit);
-    int count = 0;
+#pragma unroll 1
+  for (int bit = 30; bit >= 0; bit -= 2) {
+    uint32_t count[3] = {0u, 0u, 0u};
 #pragma unroll
-    for (int j = 0; j < SelectConfig::kMaxPerThread; ++j) count += (j < per_thread && keys[j] >= trial);
-    if (block_sum(count, warp_sums) >= history) threshold = trial;
+    for (int j = 0; j < kPerThread; ++j) {
+#pragma unroll
+      for (int d = 0; d < 3; ++d) count[d] += keys[j] >= (threshold | (uint32_t(d + 1) << bit));
+    }
+    int (*buffer)[SelectConfig::kThreads / 32] = step_counts[(bit >> 1) & 1];
+#pragma unroll
+    for (int d = 0; d < 3; ++d) {
+      const uint32_t warp_count = __reduce_add_sync(0xFFFFFFFFu, count[d]);
+      if (lane == 0) buffer[d][warp] = static_cast<int>(warp_count);
+    }
+    __syncthreads();
+    int digit = 0;
+#pragma unroll
+    for (int d = 0; d < 3; ++d) {
+      int total = 0;
+#pragma unroll
+      for (int w = 0; w < SelectConfig::kThreads / 32; ++w) total += buffer[d][w];
+      if (total >= history) digit = d + 1;
+    }
+    threshold |= uint32_t(digit) << bit;
   }
   int above = 0, equal = 0;
 #pragma unroll
-  for (int j = 0; j < SelectConfig::kMaxPerThread; ++j) {
+  for (int j = 0; j < kPerThread; ++j) {
     above += (j < per_thread && begin + j < end && keys[j] > threshold);
     equal += (j < per_thread && begin + j < end && keys[j] == threshold);
   }
@@ -359,7 +381,7 @@ __global__ void __launch_bounds__(SelectConfig::kThreads) topk_select_kernel(con
   int slot = a.init_blocks + slot_before;
   int equal_seen = 0;
 #pragma unroll
-  for (int j = 0; j < SelectConfig::kMaxPerThread; ++j) {
+  for (int j = 0; j < kPerThread; ++j) {
     if (j < per_thread && begin + j < end) {
       const bool take = keys[j] > threshold || (keys[j] == threshold && equal_seen++ < equal_taken);
       if (take) out[(slot++) * a.out_stride_k] = begin + j;
