@@ -5,6 +5,9 @@ history sets equal up to ties within 1e-5 relative, bitwise repeatability."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -437,3 +440,14 @@ def test_cuda_graph_replay_sees_in_place_updates():
     assert_topk_contract(out, ref_scores, positions, what="graph topk")
     eager = msa_ops.index_decode(*case.call_args(), index_k_scales=case.index_k_scales)
     assert_topk_equal(out, eager, what="graph vs eager")
+
+
+@requires_cuda
+@pytest.mark.parametrize("choice", ["1"], ids=["mma-sync"])
+def test_cuda_score_kernel_knob(choice):
+    # MSA_INDEX_SCORES=1 forces the mma.sync score kernel (the path of non-Hopper GPUs) on any GPU; the knob is
+    # read once per process, so the CUDA score cases rerun in a subprocess with it set.
+    selection = "cuda and (lengths or query_lengths or page_layouts or padding or nan_keys or strided)"
+    result = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:logging", "-k", selection],
+                            env={**os.environ, "MSA_INDEX_SCORES": choice}, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]

@@ -1,6 +1,8 @@
 // What a torch-free CUDA launcher reports back to its (torch-side) host code. No torch includes.
 #pragma once
 
+#include <cstdlib>
+#include <initializer_list>
 #include <mutex>
 #include <set>
 #include <utility>
@@ -44,21 +46,37 @@ inline LaunchStatus prepare_kernel(const void* kernel, int dynamic_smem = 0) {
   return LaunchStatus::ok();
 }
 
-// Number of SMs of the current device, read once per device (no synchronisation).
-inline LaunchStatus current_sm_count(int& sms) {
+// A benchmark knob from the environment: its value when it is one of `allowed`, else `fallback`.
+inline int env_choice(const char* name, std::initializer_list<int> allowed, int fallback) {
+  const char* env = std::getenv(name);
+  const int v = env ? std::atoi(env) : fallback;
+  for (int a : allowed) {
+    if (a == v) return v;
+  }
+  return fallback;
+}
+
+// SM count and compute capability of the current device, read once per device (no synchronisation).
+struct DeviceInfo {
+  int sms = 0, cc_major = 0, cc_minor = 0;
+};
+
+inline LaunchStatus current_device_info(DeviceInfo& info) {
   constexpr int kMaxDevices = 64;
-  static int cached[kMaxDevices] = {};
+  static DeviceInfo cached[kMaxDevices];
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
   if (device >= kMaxDevices) return {LaunchStatus::Kind::kCudaError, cudaErrorInvalidDevice};
-  if (cached[device] == 0) {
-    int count = 0;
-    err = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+  if (cached[device].sms == 0) {
+    DeviceInfo d;
+    err = cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.cc_minor, cudaDevAttrComputeCapabilityMinor, device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device);
     if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
-    cached[device] = count;  // benign race: every writer stores the same value
+    cached[device] = d;  // benign race: every writer stores the same value
   }
-  sms = cached[device];
+  info = cached[device];
   return LaunchStatus::ok();
 }
 

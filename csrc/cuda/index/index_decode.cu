@@ -5,6 +5,7 @@
 #include "cuda/index/index_kernels.cuh"
 #include "cuda/index/index_launch.h"
 #include "cuda/index/index_stream_kernels.cuh"
+#include "cuda/index/index_wgmma_kernels.cuh"
 
 namespace msa::index {
 namespace {
@@ -37,32 +38,59 @@ LaunchStatus launch_scores_bf16(const ScoreArgs& a, cudaStream_t stream) {
   }
 }
 
+// Pages per warp (mma.sync kernel) or per CTA (wgmma kernel): enough units for ~2 waves of `per_sm` units per
+// SM over the page-table width (an upper bound of the pages; the true lengths live on the device), each unit
+// streaming at least one page and at most `most`.
+int pages_per_unit(const ScoreArgs& a, int sms, int per_sm, int most) {
+  const int64_t pages = int64_t(a.batch) * a.max_pages;
+  return static_cast<int>(std::min<int64_t>(most, std::max<int64_t>(1, pages / (int64_t(sms) * per_sm * 2))));
+}
+
 template <KeyKind kKeys, int kNTiles>
-LaunchStatus launch_stream_tiles(ScoreArgs a, cudaStream_t stream) {
+LaunchStatus launch_stream_tiles(ScoreArgs a, int sms, cudaStream_t stream) {
   auto kernel = index_scores_stream_kernel<kKeys, kNTiles>;
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
   if (!ready.is_ok()) return ready;
-  int sms = 0;
-  const LaunchStatus counted = msa::cuda::current_sm_count(sms);
-  if (!counted.is_ok()) return counted;
-  // Pages per warp: enough warps for ~2 waves of 16 warps per SM over the (upper bound of the) pages, each
-  // warp streaming at least one page and at most 32; the true lengths live on the device.
-  const int64_t pages = int64_t(a.batch) * a.max_pages;
-  const int64_t target_warps = int64_t(sms) * 32;
-  a.pages_per_warp = static_cast<int>(std::min<int64_t>(32, std::max<int64_t>(1, pages / target_warps)));
-  constexpr int kPagesPerCta = StreamConfig::kWarps;  // times pages_per_warp
-  const int ctas_x = (a.max_pages + kPagesPerCta * a.pages_per_warp - 1) / (kPagesPerCta * a.pages_per_warp);
-  kernel<<<dim3(ctas_x, a.batch), StreamConfig::kThreads, 0, stream>>>(a);
+  a.pages_per_warp = pages_per_unit(a, sms, 16, 32);
+  const int pages_per_cta = StreamConfig::kWarps * a.pages_per_warp;
+  kernel<<<dim3((a.max_pages + pages_per_cta - 1) / pages_per_cta, a.batch), StreamConfig::kThreads, 0, stream>>>(a);
   return last_error();
 }
 
+template <KeyKind kKeys, int kN>
+LaunchStatus launch_wgmma_rows(ScoreArgs a, int sms, bool fp8, cudaStream_t stream) {
+  auto kernel = fp8 ? index_scores_wgmma_kernel<kKeys, kN, false> : index_scores_wgmma_kernel<kKeys, kN, true>;
+  const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
+  if (!ready.is_ok()) return ready;
+  a.pages_per_warp = pages_per_unit(a, sms, 4, 64);  // pages per CTA (one warpgroup)
+  kernel<<<dim3((a.max_pages + a.pages_per_warp - 1) / a.pages_per_warp, a.batch), WgmmaConfig::kThreads, 0,
+           stream>>>(a);
+  return last_error();
+}
+
+// Hopper: wgmma with fp16 operands (exact widening of E4M3 / NVFP4 values). Other GPUs: mma.sync (compiled
+// for sm_100a, not run). Benchmark knob MSA_INDEX_SCORES: 1 = mma.sync everywhere (on Hopper it runs through
+// fp16: F2FP unpack + 2 HMMA per k32), 2 = native FP8 wgmma on Hopper: twice the tensor rate, but QGMMA's
+// reduced accumulation precision misses SPEC's 1e-4 score tolerance (6e-4 relative measured 2026-12-02), so
+// it is an experiment, not a choice.
 template <KeyKind kKeys>
 LaunchStatus launch_stream_keys(const ScoreArgs& a, cudaStream_t stream) {
+  static const int choice = msa::cuda::env_choice("MSA_INDEX_SCORES", {0, 1, 2}, 0);
+  msa::cuda::DeviceInfo device;
+  const LaunchStatus known = msa::cuda::current_device_info(device);
+  if (!known.is_ok()) return known;
   const int rows = a.q_len * a.heads;
-  if (rows <= 8) return launch_stream_tiles<kKeys, 1>(a, stream);
-  if (rows <= 16) return launch_stream_tiles<kKeys, 2>(a, stream);
-  if (rows <= 32) return launch_stream_tiles<kKeys, 4>(a, stream);
-  return launch_stream_tiles<kKeys, 8>(a, stream);
+  if (device.cc_major == 9 && choice != 1) {
+    const bool fp8 = choice == 2;
+    if (rows <= 8) return launch_wgmma_rows<kKeys, 8>(a, device.sms, fp8, stream);
+    if (rows <= 16) return launch_wgmma_rows<kKeys, 16>(a, device.sms, fp8, stream);
+    if (rows <= 32) return launch_wgmma_rows<kKeys, 32>(a, device.sms, fp8, stream);
+    return launch_wgmma_rows<kKeys, 64>(a, device.sms, fp8, stream);
+  }
+  if (rows <= 8) return launch_stream_tiles<kKeys, 1>(a, device.sms, stream);
+  if (rows <= 16) return launch_stream_tiles<kKeys, 2>(a, device.sms, stream);
+  if (rows <= 32) return launch_stream_tiles<kKeys, 4>(a, device.sms, stream);
+  return launch_stream_tiles<kKeys, 8>(a, device.sms, stream);
 }
 
 }  // namespace
@@ -79,12 +107,21 @@ LaunchStatus launch_scores(const ScoreArgs& args, cudaStream_t stream) {
 LaunchStatus launch_select(const SelectArgs& args, cudaStream_t stream) {
   const int rows = args.heads * args.tokens;
   if (rows == 0) return LaunchStatus::ok();
-  // Candidates per thread: the smallest kernel that holds max_pages (a bound on every row's candidates).
-  const int per_thread = (args.max_pages + SelectConfig::kThreads - 1) / SelectConfig::kThreads;
-  auto kernel = per_thread <= 1 ? topk_select_kernel<1>
-                : per_thread <= 4 ? topk_select_kernel<4>
-                : per_thread <= 8 ? topk_select_kernel<8>
-                                  : topk_select_kernel<SelectConfig::kMaxPerThread>;
+  // A row has fewer than max_pages candidates (its local page is < max_pages and local_blocks >= 1). Up to 2048:
+  // one warp per row with the smallest register array that holds them; longer rows: one CTA per row.
+  const int candidates = args.max_pages - 1;
+  if (candidates <= 32 * WarpSelectConfig::kMaxPerLane) {
+    auto kernel = candidates <= 32 * 8    ? topk_select_warp_kernel<8>
+                  : candidates <= 32 * 16 ? topk_select_warp_kernel<16>
+                  : candidates <= 32 * 32 ? topk_select_warp_kernel<32>
+                                          : topk_select_warp_kernel<WarpSelectConfig::kMaxPerLane>;
+    const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
+    if (!ready.is_ok()) return ready;
+    const int ctas = (rows + WarpSelectConfig::kWarps - 1) / WarpSelectConfig::kWarps;
+    kernel<<<ctas, WarpSelectConfig::kThreads, 0, stream>>>(args);
+    return last_error();
+  }
+  auto kernel = topk_select_kernel<SelectConfig::kMaxPerThread>;
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
   if (!ready.is_ok()) return ready;
   kernel<<<rows, SelectConfig::kThreads, 0, stream>>>(args);

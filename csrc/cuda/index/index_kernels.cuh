@@ -6,9 +6,11 @@
 // or m16n8k16 BF16, fp32 accumulate), mask the local page causally, and reduce to one max per query row.
 // Hopper has no FP4 MMA, so decoding to E4M3 in shared memory is the price of NVFP4 keys there.
 //
-// Select (one CTA per (head, token) row): the K-th largest history score is found by a 32-step bitwise
-// search over order-preserving integer keys with block-wide counts; pages above it, then the lowest-id pages
-// equal to it, are written. Exact, deterministic, ties to the lower page id, NaN ranked as -inf.
+// Select: the K-th largest history score of a (head, token) row is found over order-preserving integer keys;
+// pages above it, then the lowest-id pages equal to it, are written. Exact, deterministic, ties to the lower
+// page id, NaN ranked as -inf. Rows of up to 2048 candidates take one warp each (keys in registers, a cheap
+// lower bound from per-lane maxima, then an exact rank over the few keys above it); longer rows take one CTA
+// each (bitwise search with block-wide counts).
 #pragma once
 
 #include <cfloat>
@@ -255,7 +257,7 @@ __global__ void __launch_bounds__(ScoreConfig::kThreads) index_scores_kernel(con
 
 struct SelectConfig {
   static constexpr int kThreads = 256;
-  static constexpr int kMaxPerThread = 32;  // 8192 pages / 256 threads; kernels for 1, 4, 8 and 32
+  static constexpr int kMaxPerThread = 32;  // 8192 pages / 256 threads
 };
 
 // Order-preserving key: larger score -> larger key; NaN ranks as -inf; -0 == +0.
@@ -385,6 +387,222 @@ __global__ void __launch_bounds__(SelectConfig::kThreads) topk_select_kernel(con
     if (j < per_thread && begin + j < end) {
       const bool take = keys[j] > threshold || (keys[j] == threshold && equal_seen++ < equal_taken);
       if (take) out[(slot++) * a.out_stride_k] = begin + j;
+    }
+  }
+}
+
+// ---- select, one warp per row ---------------------------------------------------------------------------
+//
+// Lane l holds candidates l, l + 32, l + 64, ... (coalesced loads; id order = (register j, lane) order).
+// Register slots past the row's end hold the key of -inf: they rank below or tie with every candidate and
+// their ids come after every candidate's, and a row has more candidates than history slots, so they are
+// never taken (ties go to the lower id).
+// 1. bound: the history-th largest of the per-lane maxima (history <= 16), or of the per-lane maxima of the
+//    even and of the odd registers (history > 16). At least `history` of these groups hold candidates, so at
+//    least `history` candidates' keys are >= bound: bound <= threshold.
+// 2. history <= 32: the keys >= bound (few, unless many ties) are kept in id order in shared memory, and the
+//    threshold is their history-th largest, found by counting, for each kept key, the kept keys above it.
+// 3. Otherwise (or more than kCap kept keys): a bitwise search over all keys from the highest bit where bound
+//    and the largest key differ, then an ordered write-out by ballots.
+struct WarpSelectConfig {
+  static constexpr int kWarps = 4;  // rows per CTA
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kMaxPerLane = 64;  // 2048 candidates per row
+  static constexpr int kCap = 64;         // kept keys: two per lane
+  static constexpr int kChunk = 8;        // loops over registers stop at the first chunk past the row's end
+};
+
+// rank_key in four instructions: fmaxf turns NaN into -inf, adding +0 turns -0 into +0 and changes nothing else.
+__device__ __forceinline__ uint32_t rank_key_fast(float s) {
+  const uint32_t bits = __float_as_uint(fmaxf(s, -INFINITY) + 0.0f);
+  return bits ^ (static_cast<uint32_t>(static_cast<int32_t>(bits) >> 31) | 0x80000000u);
+}
+
+template <int kPerLane>
+__global__ void __launch_bounds__(WarpSelectConfig::kThreads) topk_select_warp_kernel(const SelectArgs a) {
+  using C = WarpSelectConfig;
+  static_assert(kPerLane % C::kChunk == 0 && kPerLane <= C::kMaxPerLane, "registers per lane");
+  constexpr uint32_t kAll = 0xFFFFFFFFu;
+  __shared__ __align__(16) uint32_t kept_all[C::kWarps][2 * C::kCap];  // per warp: kCap keys, then their ids
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int row = blockIdx.x * C::kWarps + warp;
+  if (row >= a.heads * a.tokens) return;  // whole warp; no block-wide barriers below
+  const int h = row / a.tokens, t = row % a.tokens;
+  const float* lane_scores = a.scores + h * a.scores_stride_h + int64_t(t) * a.scores_stride_t + a.init_blocks + lane;
+  // The first kEarly registers are loaded before the position is known (bounded by the row's width, so in
+  // bounds), taking one memory latency off short rows; what lies past the row's candidates is masked below.
+  constexpr int kEarly = kPerLane < C::kChunk ? kPerLane : C::kChunk;
+  float raw[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kEarly; ++j) {
+    raw[j] = -INFINITY;
+    if (lane + 32 * j < a.max_pages - a.init_blocks) raw[j] = lane_scores[32 * j];
+  }
+  const int pos = a.positions != nullptr ? a.positions[t] : a.seq_lens[t / a.q_len] - a.q_len + t % a.q_len;
+  int32_t* out = a.out + h * a.out_stride_h + int64_t(t) * a.out_stride_t;
+  const int local = pos >= 0 ? pos / 128 : -1;
+
+  // Same row layout as topk_select_kernel: padding / every page fits, init pages, local window.
+  if (pos < 0 || local >= a.max_pages || local + 1 <= a.topk) {
+    const int last = local < a.max_pages ? local : -1;
+    for (int k = lane; k < a.topk; k += 32) out[k * a.out_stride_k] = k <= last ? k : -1;
+    return;
+  }
+  const int first_window = local - a.local_blocks + 1;
+  const int history = a.topk - a.init_blocks - a.local_blocks;  // < candidates, <= 63
+  for (int k = lane; k < a.init_blocks; k += 32) out[k * a.out_stride_k] = k;
+  for (int k = lane; k < a.local_blocks; k += 32) {
+    out[(a.init_blocks + history + k) * a.out_stride_k] = first_window + k;
+  }
+  if (history == 0) return;
+
+  const int candidates = first_window - a.init_blocks;  // <= 32 * kPerLane (launch_select)
+  const int steps = (candidates + 31) >> 5;             // registers holding a candidate in some lane
+  // Every load is issued before the first key is made (the predicate lives only until the load issues).
+#pragma unroll
+  for (int j = kEarly; j < kPerLane; ++j) {
+    raw[j] = -INFINITY;
+    if (lane + 32 * j < candidates) raw[j] = lane_scores[32 * j];
+  }
+#pragma unroll
+  for (int j = 0; j < kEarly; ++j) raw[j] = lane + 32 * j < candidates ? raw[j] : -INFINITY;
+  uint32_t keys[kPerLane];
+  uint32_t max_even = 0u, max_odd = 0u;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    keys[j] = rank_key_fast(raw[j]);
+    if (j & 1) {
+      max_odd = max(max_odd, keys[j]);
+    } else {
+      max_even = max(max_even, keys[j]);
+    }
+  }
+  const uint32_t lanes_below = (1u << lane) - 1u;
+
+  // The history-th largest of a set = its smallest member with fewer than `history` members above it.
+  uint32_t bound;
+  if (history <= 16) {
+    const uint32_t v = max(max_even, max_odd);
+    int above = 0;
+#pragma unroll
+    for (int s = 0; s < 32; ++s) above += __shfl_sync(kAll, v, s) > v;
+    bound = __reduce_min_sync(kAll, above < history ? v : kAll);
+  } else {
+    int above_even = 0, above_odd = 0;
+#pragma unroll
+    for (int s = 0; s < 32; ++s) {
+      const uint32_t e = __shfl_sync(kAll, max_even, s), o = __shfl_sync(kAll, max_odd, s);
+      above_even += (e > max_even) + (o > max_even);
+      above_odd += (e > max_odd) + (o > max_odd);
+    }
+    bound = __reduce_min_sync(kAll, min(above_even < history ? max_even : kAll, above_odd < history ? max_odd : kAll));
+  }
+
+  if (history <= 32) {
+    uint32_t* kept = kept_all[warp];  // keys [0, kCap), ids [kCap, 2 kCap)
+    kept[lane] = 0u;                  // unused slots rank below every kept key
+    kept[lane + 32] = 0u;
+    __syncwarp();
+    int count = 0;
+#pragma unroll
+    for (int c = 0; c < kPerLane / C::kChunk; ++c) {
+      if (c * C::kChunk >= steps) break;
+#pragma unroll
+      for (int i = 0; i < C::kChunk; ++i) {
+        const int j = c * C::kChunk + i;
+        const bool hit = keys[j] >= bound;
+        const uint32_t hits = __ballot_sync(kAll, hit);
+        if (hits != 0u) {
+          const int slot = count + __popc(hits & lanes_below);
+          if (hit && slot < C::kCap) {
+            kept[slot] = keys[j];
+            kept[C::kCap + slot] = a.init_blocks + lane + 32 * j;
+          }
+          count += __popc(hits);
+        }
+      }
+    }
+    if (count <= C::kCap) {
+      __syncwarp();
+      // This lane's kept slots: lane and lane + 32. Count the kept keys above each.
+      const uint32_t key0 = kept[lane], key1 = kept[lane + 32];
+      int above0 = 0, above1 = 0;
+      const int count4 = (count + 3) & ~3;  // slots past `count` hold 0
+      if (count <= 32) {
+#pragma unroll 4
+        for (int i = 0; i < count4; i += 4) {
+          const uint4 q = *reinterpret_cast<const uint4*>(kept + i);
+          above0 += (q.x > key0) + (q.y > key0) + (q.z > key0) + (q.w > key0);
+        }
+      } else {
+#pragma unroll 2
+        for (int i = 0; i < count4; i += 4) {
+          const uint4 q = *reinterpret_cast<const uint4*>(kept + i);
+          above0 += (q.x > key0) + (q.y > key0) + (q.z > key0) + (q.w > key0);
+          above1 += (q.x > key1) + (q.y > key1) + (q.z > key1) + (q.w > key1);
+        }
+      }
+      const bool valid0 = lane < count, valid1 = lane + 32 < count;
+      const uint32_t threshold = __reduce_min_sync(
+          kAll, min(valid0 && above0 < history ? key0 : kAll, valid1 && above1 < history ? key1 : kAll));
+      // Kept keys above the threshold, then the first equal ones (slot order = id order); out in id order.
+      const bool gt0 = valid0 && key0 > threshold, gt1 = valid1 && key1 > threshold;
+      const bool eq0 = valid0 && key0 == threshold, eq1 = valid1 && key1 == threshold;
+      const uint32_t eqs0 = __ballot_sync(kAll, eq0), eqs1 = __ballot_sync(kAll, eq1);
+      const int quota = history - __popc(__ballot_sync(kAll, gt0)) - __popc(__ballot_sync(kAll, gt1));
+      const bool take0 = gt0 || (eq0 && __popc(eqs0 & lanes_below) < quota);
+      const bool take1 = gt1 || (eq1 && __popc(eqs0) + __popc(eqs1 & lanes_below) < quota);
+      const uint32_t takes0 = __ballot_sync(kAll, take0), takes1 = __ballot_sync(kAll, take1);
+      if (take0) out[(a.init_blocks + __popc(takes0 & lanes_below)) * a.out_stride_k] = kept[C::kCap + lane];
+      if (take1) {
+        out[(a.init_blocks + __popc(takes0) + __popc(takes1 & lanes_below)) * a.out_stride_k] =
+            kept[C::kCap + lane + 32];
+      }
+      return;
+    }
+  }
+
+  // Fallback: the threshold lies in [bound, top] and shares their common high bits; search the rest.
+  const uint32_t top = __reduce_max_sync(kAll, max(max_even, max_odd));
+  uint32_t threshold = bound;
+  if (bound != top) {
+    const int high = 31 - __clz(bound ^ top);
+    threshold = bound & ~(kAll >> (31 - high));
+#pragma unroll 1
+    for (int bit = high; bit >= 0; --bit) {
+      const uint32_t trial = threshold | (1u << bit);
+      int count = 0;
+#pragma unroll
+      for (int c = 0; c < kPerLane / C::kChunk; ++c) {
+        if (c * C::kChunk >= steps) break;
+#pragma unroll
+        for (int i = 0; i < C::kChunk; ++i) count += keys[c * C::kChunk + i] >= trial;
+      }
+      if (static_cast<int>(__reduce_add_sync(kAll, count)) >= history) threshold = trial;
+    }
+  }
+  int above = 0;
+#pragma unroll
+  for (int c = 0; c < kPerLane / C::kChunk; ++c) {
+    if (c * C::kChunk >= steps) break;
+#pragma unroll
+    for (int i = 0; i < C::kChunk; ++i) above += keys[c * C::kChunk + i] > threshold;
+  }
+  int quota = history - static_cast<int>(__reduce_add_sync(kAll, above));  // equal keys still to take
+  int slot = a.init_blocks;
+#pragma unroll
+  for (int c = 0; c < kPerLane / C::kChunk; ++c) {
+    if (c * C::kChunk >= steps) break;
+#pragma unroll
+    for (int i = 0; i < C::kChunk; ++i) {
+      const int j = c * C::kChunk + i;
+      const bool eq = keys[j] == threshold;
+      const uint32_t eqs = __ballot_sync(kAll, eq);
+      const bool take = keys[j] > threshold || (eq && __popc(eqs & lanes_below) < quota);
+      const uint32_t takes = __ballot_sync(kAll, take);
+      if (take) out[(slot + __popc(takes & lanes_below)) * a.out_stride_k] = a.init_blocks + lane + 32 * j;
+      slot += __popc(takes);
+      quota -= __popc(eqs);
     }
   }
 }

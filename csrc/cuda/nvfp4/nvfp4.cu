@@ -5,6 +5,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <initializer_list>
+#include <map>
+#include <mutex>
+#include <utility>
 #include <type_traits>
 
 #include "cuda/nvfp4/nvfp4_kernels.cuh"
@@ -47,14 +50,7 @@ LaunchStatus launch(void (*kernel)(KernelArgs...), int unroll, int64_t num_parts
 // Benchmark knobs for the quantize kernel, read once: MSA_NVFP4_QUANTIZE_UNROLL in {1, 2, 4, 8} (parts per
 // thread) and MSA_NVFP4_QUANTIZE_PARTS in {1, 2} (threads per group). Defaults 2 and 1: fastest in the H200
 // sweep of 2026-12-02 (bench/NOTES.md).
-int env_choice(const char* name, std::initializer_list<int> allowed, int fallback) {
-  const char* env = std::getenv(name);
-  const int v = env ? std::atoi(env) : fallback;
-  for (int a : allowed) {
-    if (a == v) return v;
-  }
-  return fallback;
-}
+using msa::cuda::env_choice;
 
 template <typename T, bool kVec, bool kApplyG, int kParts, bool kHalf>
 LaunchStatus quantize_parts(int64_t num_groups, cudaStream_t stream, const T* x, GroupIndex index, float g,
@@ -72,6 +68,29 @@ LaunchStatus quantize_parts(int64_t num_groups, cudaStream_t stream, const T* x,
 #undef MSA_Q
 }
 
+// Blocks of `kernel` resident on the current device at once (SMs x blocks per SM), computed once per
+// (kernel, device): the grid of the persistent variants.
+LaunchStatus resident_blocks(const void* kernel, int threads, int& blocks) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> cache;
+  msa::cuda::DeviceInfo device_info;
+  const LaunchStatus known = msa::cuda::current_device_info(device_info);
+  if (!known.is_ok()) return known;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find({kernel, device});
+  if (it == cache.end()) {
+    int per_sm = 0;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0);
+    if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+    it = cache.emplace(std::make_pair(kernel, device), device_info.sms * per_sm).first;
+  }
+  blocks = it->second;
+  return LaunchStatus::ok();
+}
+
 // The pipelined variant: a resident grid (SMs x blocks that fit), sized once per device and kernel.
 template <int kU>
 LaunchStatus quantize_bf16_pipelined(int64_t num_groups, cudaStream_t stream, const __nv_bfloat16* x,
@@ -79,26 +98,31 @@ LaunchStatus quantize_bf16_pipelined(int64_t num_groups, cudaStream_t stream, co
   auto kernel = nvfp4_quantize_bf16_pipelined_kernel<kU>;
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
   if (!ready.is_ok()) return ready;
-  // Resident blocks per device (SMs x blocks per SM), computed once per device.
-  constexpr int kMaxDevices = 64;
-  static int resident[kMaxDevices] = {};
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess && device < kMaxDevices && resident[device] == 0) {
-    int sms = 0, blocks_per_sm = 0;
-    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    if (err == cudaSuccess) {
-      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, Nvfp4Config::kThreads, 0);
-    }
-    resident[device] = sms * blocks_per_sm;  // benign race: every writer stores the same value
-  }
-  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
-  if (device >= kMaxDevices) return {LaunchStatus::Kind::kCudaError, cudaErrorInvalidDevice};
+  int resident = 0;
+  const LaunchStatus sized = resident_blocks(reinterpret_cast<const void*>(kernel), Nvfp4Config::kThreads, resident);
+  if (!sized.is_ok()) return sized;
   const int64_t per_block = int64_t(Nvfp4Config::kThreads) * kU;
   const int64_t needed = (num_groups + per_block - 1) / per_block;
-  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(needed, resident[device])));
+  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(needed, resident)));
   kernel<<<grid, Nvfp4Config::kThreads, 0, stream>>>(x, index, num_groups, packed, scales);
-  err = cudaGetLastError();
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+  return LaunchStatus::ok();
+}
+
+// The bulk-copy kernel over a resident grid (dense bf16 input, 16-byte aligned; sm_90+).
+LaunchStatus quantize_bf16_bulk(int64_t num_groups, cudaStream_t stream, const __nv_bfloat16* x, uint32_t* packed,
+                                uint8_t* scales) {
+  auto kernel = nvfp4_quantize_bf16_bulk_kernel;
+  const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
+  if (!ready.is_ok()) return ready;
+  int resident = 0;
+  const LaunchStatus sized = resident_blocks(reinterpret_cast<const void*>(kernel), BulkConfig::kThreads, resident);
+  if (!sized.is_ok()) return sized;
+  const int64_t chunks = (num_groups + BulkConfig::kThreads - 1) / BulkConfig::kThreads;
+  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(chunks, resident)));
+  kernel<<<grid, BulkConfig::kThreads, 0, stream>>>(x, num_groups, packed, scales);
+  const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
   return LaunchStatus::ok();
 }
@@ -109,10 +133,23 @@ LaunchStatus quantize_unrolled(int64_t num_groups, cudaStream_t stream, const T*
   static const int parts = env_choice("MSA_NVFP4_QUANTIZE_PARTS", {1, 2}, 1);
   // bf16 input with G = 1 (the KV-cache case) may round in packed fp16; MSA_NVFP4_QUANTIZE_HALF2=0 turns it off.
   static const bool half_encode = env_choice("MSA_NVFP4_QUANTIZE_HALF2", {0, 1}, 1) == 1;
-  // MSA_NVFP4_QUANTIZE_PIPELINE=1: the persistent software-pipelined kernel (bf16, G = 1, aligned rows).
-  static const bool pipelined = env_choice("MSA_NVFP4_QUANTIZE_PIPELINE", {0, 1}, 0) == 1;
+  // MSA_NVFP4_QUANTIZE_PIPELINE=U in {1, 2, 4}: the persistent software-pipelined kernel with U groups per
+  // thread in flight (bf16, G = 1, aligned rows); 0: off.
+  static const int pipelined = env_choice("MSA_NVFP4_QUANTIZE_PIPELINE", {0, 1, 2, 4}, 0);
+  // The bulk-copy kernel for dense bf16 rows with G = 1 (the KV-cache case; sm_90+): the fastest on the H200
+  // (bench/NOTES.md, 2026-12-02); MSA_NVFP4_QUANTIZE_BULK=0 turns it off.
+  static const bool bulk = env_choice("MSA_NVFP4_QUANTIZE_BULK", {0, 1}, 1) == 1;
   if constexpr (std::is_same_v<T, __nv_bfloat16> && !kApplyG && kVec) {
-    if (pipelined) return quantize_bf16_pipelined<2>(num_groups, stream, x, index, packed, scales);
+    switch (pipelined) {  // a benchmark knob: when set, it wins
+      case 1: return quantize_bf16_pipelined<1>(num_groups, stream, x, index, packed, scales);
+      case 2: return quantize_bf16_pipelined<2>(num_groups, stream, x, index, packed, scales);
+      case 4: return quantize_bf16_pipelined<4>(num_groups, stream, x, index, packed, scales);
+      default: break;
+    }
+    if (bulk && index.row_stride == index.groups_per_row * index.group_width &&
+        reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+      return quantize_bf16_bulk(num_groups, stream, x, packed, scales);
+    }
   }
   if constexpr (std::is_same_v<T, __nv_bfloat16> && !kApplyG) {
     if (half_encode) {

@@ -171,9 +171,41 @@ __global__ void __launch_bounds__(Nvfp4Config::kThreads)
   }
 }
 
+// One bf16 group (8 words of raw bf16 pairs) -> 2 words of E2M1 codes and the E4M3 scale (G = 1).
+__device__ __forceinline__ void quantize_bf16_group(const uint32_t (&raw)[8], const float2* scale_and_reciprocal,
+                                                    uint32_t (&words)[2], uint8_t& scale_bits) {
+  float v[kGroup];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    v[2 * i] = __uint_as_float(raw[i] << 16);
+    v[2 * i + 1] = __uint_as_float(raw[i] & 0xFFFF0000u);
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kGroup; ++i) amax = fmax_nan(amax, fabsf(v[i]));
+  words[0] = words[1] = 0u;
+  scale_bits = kE4M3NaN;  // NaN or Inf in the group: NaN scale, zero codes (documented)
+  if (amax <= FLT_MAX) {
+    scale_bits = float_to_e4m3(div6_rn(amax));
+    const float2 sr = scale_and_reciprocal[scale_bits];
+    if (sr.x != 0.0f) {
+#pragma unroll
+      for (int i = 0; i < kGroup; i += 2) {
+#if MSA_HW_FP4
+        const uint32_t byte = e2m1x2_from_quotients(div_by_scale(v[i], sr.x, sr.y),
+                                                    div_by_scale(v[i + 1], sr.x, sr.y), v[i], v[i + 1]);
+#else
+        const uint32_t byte = e2m1x2_from_quotients_bf16in(__fmul_rn(v[i], sr.y), __fmul_rn(v[i + 1], sr.y));
+#endif
+        words[i / 8] |= byte << (4 * (i % 8));
+      }
+    }
+  }
+}
+
 // Persistent, software-pipelined variant for the KV-cache case (bf16 input, G = 1; benchmark knob
-// MSA_NVFP4_QUANTIZE_PIPELINE=1, not yet measured): a grid of resident blocks, each thread loading its next kU
-// groups while it encodes the current ones, so a warp always has loads in flight.
+// MSA_NVFP4_QUANTIZE_PIPELINE=U): a grid of resident blocks, each thread loading its next kU groups while it
+// encodes the current ones, so a warp always has loads in flight.
 template <int kU>
 __global__ void __launch_bounds__(Nvfp4Config::kThreads)
     nvfp4_quantize_bf16_pipelined_kernel(const __nv_bfloat16* __restrict__ x, GroupIndex x_index, int64_t num_groups,
@@ -207,39 +239,101 @@ __global__ void __launch_bounds__(Nvfp4Config::kThreads)
       if (g >= num_groups) continue;
       const uint32_t raw[8] = {cur[u][0].x, cur[u][0].y, cur[u][0].z, cur[u][0].w,
                                cur[u][1].x, cur[u][1].y, cur[u][1].z, cur[u][1].w};
-      float v[kGroup];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        v[2 * i] = __uint_as_float(raw[i] << 16);
-        v[2 * i + 1] = __uint_as_float(raw[i] & 0xFFFF0000u);
-      }
-      float amax = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kGroup; ++i) amax = fmax_nan(amax, fabsf(v[i]));
-      uint32_t words[2] = {0u, 0u};
-      uint8_t scale_bits = kE4M3NaN;  // NaN or Inf in the group: NaN scale, zero codes (documented)
-      if (amax <= FLT_MAX) {
-        scale_bits = float_to_e4m3(div6_rn(amax));
-        const float2 sr = scale_and_reciprocal[scale_bits];
-        if (sr.x != 0.0f) {
-#pragma unroll
-          for (int i = 0; i < kGroup; i += 2) {
-#if MSA_HW_FP4
-            const uint32_t byte = e2m1x2_from_quotients(div_by_scale(v[i], sr.x, sr.y),
-                                                        div_by_scale(v[i + 1], sr.x, sr.y), v[i], v[i + 1]);
-#else
-            const uint32_t byte = e2m1x2_from_quotients_bf16in(__fmul_rn(v[i], sr.y), __fmul_rn(v[i + 1], sr.y));
-#endif
-            words[i / 8] |= byte << (4 * (i % 8));
-          }
-        }
-      }
+      uint32_t words[2];
+      uint8_t scale_bits;
+      quantize_bf16_group(raw, scale_and_reciprocal, words, scale_bits);
       __stcs(reinterpret_cast<uint2*>(packed) + g, make_uint2(words[0], words[1]));
       scales[g] = scale_bits;
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) cur[u][0] = next[u][0], cur[u][1] = next[u][1];
   }
+}
+
+// Bulk-copy variant for dense bf16 input (G = 1; the default there, MSA_NVFP4_QUANTIZE_BULK=0 turns it off): a grid of resident
+// blocks; thread 0 streams the input through a ring of kStages shared-memory stages with 1-D bulk async copies
+// (cp.async.bulk, completion on an mbarrier), so each block keeps kStages x 8 KB of large requests in flight
+// independently of the encode; every thread encodes one group per stage.
+struct BulkConfig {
+  static constexpr int kThreads = 256;
+  static constexpr int kStages = 4;
+  static constexpr int kStageBytes = kThreads * kGroup * 2;  // one bf16 group per thread
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__global__ void __launch_bounds__(BulkConfig::kThreads)
+    nvfp4_quantize_bf16_bulk_kernel(const __nv_bfloat16* __restrict__ x, int64_t num_groups,
+                                    uint32_t* __restrict__ packed, uint8_t* __restrict__ scales) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using C = BulkConfig;
+  __shared__ __align__(128) uint8_t stage_data[C::kStages][C::kStageBytes];
+  __shared__ __align__(8) uint64_t full[C::kStages];
+  __shared__ float2 scale_and_reciprocal[128];
+  if (threadIdx.x < 128) {
+    const float s = e4m3_to_float_dev(static_cast<uint8_t>(threadIdx.x));
+    scale_and_reciprocal[threadIdx.x] = make_float2(s, __frcp_rn(s));
+  }
+  const int64_t num_chunks = (num_groups + C::kThreads - 1) / C::kThreads;
+  auto issue = [&](int64_t chunk, int stage) {  // thread 0 only
+    const int64_t first = chunk * C::kThreads;
+    const int64_t left = num_groups - first;
+    const uint32_t bytes = static_cast<uint32_t>((left < C::kThreads ? left : C::kThreads) * kGroup * 2);
+    const uint32_t bar = smem_u32(&full[stage]);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+        ::"r"(smem_u32(stage_data[stage])), "l"(x + first * kGroup), "r"(bytes), "r"(bar)
+        : "memory");
+  };
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < C::kStages; ++s) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[s])) : "memory");
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < C::kStages; ++s) {
+      const int64_t chunk = blockIdx.x + int64_t(s) * gridDim.x;
+      if (chunk < num_chunks) issue(chunk, s);
+    }
+  }
+  for (int64_t it = 0;; ++it) {
+    const int64_t chunk = blockIdx.x + it * gridDim.x;
+    if (chunk >= num_chunks) break;
+    const int stage = static_cast<int>(it % C::kStages);
+    const uint32_t parity = static_cast<uint32_t>((it / C::kStages) & 1);
+    const uint32_t bar = smem_u32(&full[stage]);
+    asm volatile(
+        "{\n.reg .pred done;\nwait_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra wait_%=;\n}\n" ::"r"(bar), "r"(parity)
+        : "memory");
+    const int64_t g = chunk * C::kThreads + threadIdx.x;
+    if (g < num_groups) {
+      const uint4* src = reinterpret_cast<const uint4*>(stage_data[stage] + threadIdx.x * kGroup * 2);
+      const uint4 lo = src[0], hi = src[1];
+      const uint32_t raw[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+      uint32_t words[2];
+      uint8_t scale_bits;
+      quantize_bf16_group(raw, scale_and_reciprocal, words, scale_bits);
+      __stcs(reinterpret_cast<uint2*>(packed) + g, make_uint2(words[0], words[1]));
+      scales[g] = scale_bits;
+    }
+    __syncthreads();  // the stage is consumed
+    if (threadIdx.x == 0) {
+      const int64_t next = chunk + int64_t(C::kStages) * gridDim.x;
+      if (next < num_chunks) {
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic reads before the async write
+        issue(next, stage);
+      }
+    }
+  }
+#endif
 }
 
 // ---- dequantize --------------------------------------------------------------------------------------
