@@ -1,10 +1,10 @@
-// Decode indexer kernels: page scores with tensor-core MMA, then a per-row exact top-k. No torch includes.
+// Decode indexer kernels: BF16-key page scores, and the per-row exact top-k. No torch includes.
+// (FP8 / NVFP4 keys: index_wgmma_kernels.cuh on Hopper, index_stream_kernels.cuh elsewhere.)
 //
-// Scores (one CTA per (request, chunk of kPagesPerCta pages)): the request's Q x H query rows sit in shared
-// memory for the whole CTA; per page the 128 index keys are loaded (NVFP4 decoded to E4M3 on the way, exactly
-// as the MSA Q8KV4 dequant), 8 warps each multiply 16 keys against every query row (mma.sync m16n8k32 E4M3,
-// or m16n8k16 BF16, fp32 accumulate), mask the local page causally, and reduce to one max per query row.
-// Hopper has no FP4 MMA, so decoding to E4M3 in shared memory is the price of NVFP4 keys there.
+// BF16 scores (one CTA per (request, chunk of kPagesPerCta pages)): the request's Q x H query rows sit in
+// shared memory for the whole CTA; per page the 128 index keys are staged in a padded shared tile, 8 warps
+// each multiply 16 keys against every query row (mma.sync m16n8k16 BF16, fp32 accumulate), mask the local
+// page causally, and reduce to one max per query row.
 //
 // Select: the K-th largest history score of a (head, token) row is found over order-preserving integer keys;
 // pages above it, then the lowest-id pages equal to it, are written. Exact, deterministic, ties to the lower
@@ -43,14 +43,6 @@ struct ScoreTraits {
                                     (ScoreConfig::kThreads / 32) * ScoreConfig::kMaxRows * 4;
 };
 
-__device__ __forceinline__ void mma_e4m3_16x8x32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 __device__ __forceinline__ void mma_bf16_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -62,12 +54,11 @@ __device__ __forceinline__ void mma_bf16_16x8x16(float (&d)[4], const uint32_t (
 __device__ __forceinline__ uint32_t lds32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // One thread's share of a page (64 dims of one key) in registers: fetched from global memory one page ahead,
-// committed (NVFP4: decoded to E4M3) to the shared tile once the tile is free.
+// committed to the shared tile once the tile is free.
 template <KeyKind kKeys>
 struct PageFetch {
-  static constexpr int kVecs = kKeys == KeyKind::kNvfp4 ? 2 : 64 * ScoreTraits<kKeys>::kElemBytes / 16;
+  static constexpr int kVecs = 64 * ScoreTraits<kKeys>::kElemBytes / 16;
   uint4 v[kVecs];
-  uint32_t scale_word;  // NVFP4: the 4 E4M3 scales of these 64 codes
 };
 
 template <KeyKind kKeys>
@@ -76,14 +67,9 @@ __device__ __forceinline__ void fetch_page_keys(const ScoreArgs& a, int64_t phys
   const int token = threadIdx.x >> 1, half = threadIdx.x & 1;
   const uint8_t* key_base = static_cast<const uint8_t*>(a.keys) +
                             (physical * a.key_stride_page + token * a.key_stride_token) * Tr::kElemBytes;
-  const int64_t half_bytes = kKeys == KeyKind::kNvfp4 ? 32 : 64 * Tr::kElemBytes;
-  const uint4* src = reinterpret_cast<const uint4*>(key_base + half * half_bytes);
+  const uint4* src = reinterpret_cast<const uint4*>(key_base + half * 64 * Tr::kElemBytes);
 #pragma unroll
   for (int i = 0; i < PageFetch<kKeys>::kVecs; ++i) f.v[i] = __ldg(src + i);
-  if constexpr (kKeys == KeyKind::kNvfp4) {
-    f.scale_word = __ldg(reinterpret_cast<const uint32_t*>(
-        a.key_scales + physical * a.scale_stride_page + token * a.scale_stride_token + half * 4));
-  }
 }
 
 template <KeyKind kKeys>
@@ -91,35 +77,13 @@ __device__ __forceinline__ void commit_page_keys(const PageFetch<kKeys>& f, uint
   using Tr = ScoreTraits<kKeys>;
   const int token = threadIdx.x >> 1, half = threadIdx.x & 1;
   uint8_t* dst = tile + token * Tr::kRowBytes + half * 64 * Tr::kElemBytes;
-  if constexpr (kKeys == KeyKind::kNvfp4) {
-    const uint32_t codes[8] = {f.v[0].x, f.v[0].y, f.v[0].z, f.v[0].w, f.v[1].x, f.v[1].y, f.v[1].z, f.v[1].w};
 #pragma unroll
-    for (int g = 0; g < 4; ++g) {  // 4 groups of 16 codes, one E4M3 scale each
-      const __half2 scale = nvfp4::e4m3_to_half2(static_cast<uint8_t>(f.scale_word >> (8 * g)));
-      uint32_t out[4];
-#pragma unroll
-      for (int w = 0; w < 2; ++w) {
-        uint32_t halves[4];
-        nvfp4::e2m1x8_to_half2x4(codes[2 * g + w], halves);
-        uint32_t prod[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const __half2 p = __hmul2(*reinterpret_cast<const __half2*>(&halves[i]), scale);  // exact
-          prod[i] = *reinterpret_cast<const uint32_t*>(&p);
-        }
-        out[2 * w] = nvfp4::half2_to_e4m3x2(prod[0]) | (nvfp4::half2_to_e4m3x2(prod[1]) << 16);
-        out[2 * w + 1] = nvfp4::half2_to_e4m3x2(prod[2]) | (nvfp4::half2_to_e4m3x2(prod[3]) << 16);
-      }
-      *reinterpret_cast<uint4*>(dst + 16 * g) = make_uint4(out[0], out[1], out[2], out[3]);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < PageFetch<kKeys>::kVecs; ++i) reinterpret_cast<uint4*>(dst)[i] = f.v[i];
-  }
+  for (int i = 0; i < PageFetch<kKeys>::kVecs; ++i) reinterpret_cast<uint4*>(dst)[i] = f.v[i];
 }
 
 template <KeyKind kKeys, int kMTiles>
 __global__ void __launch_bounds__(ScoreConfig::kThreads) index_scores_kernel(const ScoreArgs a) {
+  static_assert(kKeys == KeyKind::kBF16, "FP8 / NVFP4 keys: index_wgmma_kernels.cuh, index_stream_kernels.cuh");
   using Tr = ScoreTraits<kKeys>;
   using C = ScoreConfig;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -198,11 +162,7 @@ __global__ void __launch_bounds__(ScoreConfig::kThreads) index_scores_kernel(con
                                      lds32(q_row + 8 * Tr::kRowBytes + kbyte + kHalfK)};
 #pragma unroll
           for (int n = 0; n < 2; ++n) {
-            if constexpr (Tr::kBF16) {
-              mma_bf16_16x8x16(acc[m][n], afrag, bfrag[n]);
-            } else {
-              mma_e4m3_16x8x32(acc[m][n], afrag, bfrag[n]);
-            }
+            mma_bf16_16x8x16(acc[m][n], afrag, bfrag[n]);
           }
         }
       }
@@ -244,7 +204,7 @@ __global__ void __launch_bounds__(ScoreConfig::kThreads) index_scores_kernel(con
         } else {
 #pragma unroll
           for (int w = 0; w < C::kThreads / 32; ++w) best = nvfp4::fmax_nan(best, row_max[w * C::kMaxRows + r]);
-          if constexpr (Tr::kBF16) best *= 0.08838834764831845f;  // 1 / sqrt(128), after the max (monotone)
+          best *= 0.08838834764831845f;  // 1 / sqrt(128), after the max (monotone)
         }
       }
       const int64_t t = int64_t(b) * a.q_len + i;
