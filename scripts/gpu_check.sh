@@ -2,6 +2,8 @@
 # On a CUDA machine: build, run the CUDA tests (and compute-sanitizer memcheck over them), the demo and
 # the quick benchmarks; logs and JSON go to $OUT (./gpu-out when unset); a short summary prints last.
 #   BENCH=quick|full|none (default quick)   SANITIZE=1|0 (default 1)   MSA_CUDA_ARCHS (default 9.0a)
+#   PROFILE=1: also ncu (speed of light, occupancy, warp states) of one launch of each main kernel on its
+#   heaviest quick case (ncu_*.log); about a minute more.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-./gpu-out}
@@ -9,6 +11,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 BENCH=${BENCH:-quick}
 SANITIZE=${SANITIZE:-1}
+PROFILE=${PROFILE:-0}
 declare -a summary
 
 step() {  # step NAME LOGFILE COMMAND...
@@ -41,6 +44,19 @@ case "$BENCH" in
          step bench_index bench_index.log python3 bench/bench_index_decode.py --json "$OUT/index_decode.json"
          step bench_sparse bench_sparse.log python3 bench/bench_sparse_decode.py --json "$OUT/sparse_decode.json" ;;
 esac
+
+if [ "$PROFILE" = 1 ] && command -v ncu > /dev/null; then
+  ncu_one() {  # ncu_one NAME KERNEL_REGEX COMMAND...: one launch (after 2 warm-up launches) of the kernel
+    local name=$1 regex=$2; shift 2
+    step "ncu_$name" "ncu_$name.log" ncu --clock-control none -k "regex:$regex" --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
+      --section LaunchStats "$@"
+  }
+  ncu_one index_scores index_scores python3 bench/bench_index_decode.py --keys nvfp4 --heads 4 --cases 128:200000 --no-corner
+  ncu_one topk_select topk_select python3 bench/bench_index_decode.py --keys nvfp4 --heads 4 --cases 128:200000 --no-corner
+  ncu_one quantize nvfp4_quantize python3 bench/bench_nvfp4.py --ops quantize --sizes 1GiB
+  ncu_one sparse_decode sparse_decode python3 bench/bench_sparse_decode.py --kv nvfp4 --geometry 64/4 --cases 1:32000
+fi
 
 echo "==== device ===="; cat "$OUT/device.txt"
 for log in tests demo bench_nvfp4 bench_index bench_sparse; do
