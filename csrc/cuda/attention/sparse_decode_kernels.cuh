@@ -1,7 +1,7 @@
 // Sparse decode attention over the TopK pages (Q8KV4 / Q8KV8 / BF16). No torch includes.
 //
-// v1 (correctness first; written 2026-12-02, not yet run on a GPU). One CTA per (query token, KV head, group
-// of up to 16 query heads); 4 warps, each owning every 4th TopK entry of the token's row with its own online
+// v1 (correctness first; verified on the H200 2026-12-02, far from its bars: bench/NOTES.md). One CTA per
+// (query token, KV head, group of up to 16 query heads); 4 warps, each owning every 4th TopK entry of the token's row with its own online
 // softmax state, merged at the end through shared memory (the LSE-weighted combine, inside the CTA).
 // Per 32-key chunk a warp stages K as E4M3 (or BF16) and V as BF16 in its own shared slab (NVFP4 decoded to
 // E4M3 exactly as the MSA Q8KV4 dequant, then widened exactly to BF16 for V), then

@@ -1,5 +1,7 @@
-// Decode-indexer page scores for FP8 (E4M3) and NVFP4 index keys: one warp streams a run of pages straight
-// from global memory into tensor-core fragments. No shared memory, no block barriers. No torch includes.
+// Decode-indexer page scores for FP8 (E4M3) and NVFP4 index keys on GPUs other than Hopper (and on Hopper with
+// MSA_INDEX_SCORES=1): one warp streams a run of pages straight from global memory into mma.sync fragments.
+// No shared memory, no block barriers. No torch includes. (On sm_90 FP8 mma.sync is emulated through fp16,
+// so Hopper uses index_wgmma_kernels.cuh; this file also holds the fetch and NVFP4 decode helpers both use.)
 //
 // Work: warp j of request b scores pages [j * ppw, (j + 1) * ppw). A page is 8 slices of 16 keys; the warp
 // keeps kDepth slices of loads in flight (registers), and the query rows stay in registers for the whole run.
