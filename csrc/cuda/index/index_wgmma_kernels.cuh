@@ -3,14 +3,15 @@
 //
 // One CTA = one warpgroup (4 warps) streams a run of pages of one request. A page is two slices of 64 keys;
 // warp w owns keys 16 w .. 16 w + 15 of each slice and loads them straight from global memory into the A
-// fragments of wgmma m64nNk32 (keys are A, in registers; NVFP4 decoded on the way exactly as the MSA Q8KV4
-// dequant, see index_stream_kernels.cuh). The query rows (N = Q x H padded to 8, 16, 32 or 64) are the B
-// operand, in shared memory once per CTA. Hopper runs FP8 mma.sync through fp16 (unpack + two HMMA per
-// k32), so wgmma is the only native FP8 tensor-core path here.
+// fragments of the wgmma (keys are A, in registers; NVFP4 decoded on the way to exactly the values of the
+// MSA Q8KV4 dequant). The query rows (N = Q x H padded to 8, 16, 32 or 64) are the B operand, in shared
+// memory once per CTA. Default operands: both widened exactly to fp16, wgmma m64nNk16 (fp32 accumulation
+// meets the 1e-4 score tolerance); native FP8 m64nNk32 variants are kept as experiments (WgmmaOperands).
+// Hopper runs FP8 mma.sync through fp16 (unpack + two HMMA per k32), so wgmma is its tensor-core path here.
 //
 // The dims inside each k-step are permuted as in the mma.sync kernel (thread `quad` owns dims
-// [32 quad, 32 quad + 32); k-step s takes 32 quad + 8 s + [0, 8)); the query tile in shared memory is
-// written in the same permuted order, so each thread's key bytes stay one contiguous load.
+// [32 quad, 32 quad + 32); k-step s takes the next 8 (FP8) or 4 (fp16) of them); the query tile in shared
+// memory is written in the same permuted order, so each thread's key bytes stay one contiguous load.
 #pragma once
 
 #include <cstdint>
