@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # use this checkou
 
 import torch  # noqa: E402
 
-from msa_ops.bench import DeviceFacts, bench, device_facts, measure_copy_bandwidths  # noqa: E402
+from msa_ops.bench import DeviceFacts, bench, device_facts, measure_copy_bandwidths, write_json  # noqa: E402
 from msa_ops.testing.paged import PAGE_SIZE  # noqa: E402
 
 MiB, GiB = 2**20, 2**30
@@ -227,3 +227,13 @@ def time_sets(row: dict[str, Any], op: Callable[..., Any], build: Callable[[], A
         del sets
         release(device)
     return row
+
+
+def finish(json_path: Path | None, payload: dict[str, Any], device: torch.device, rows: list[dict[str, Any]],
+           show_summary: Callable[[], None]) -> int:
+    """Writes the JSON (when asked), prints the summary last (its final line is the verdict that
+    scripts/gpu_check.sh shows) and returns the exit status: 1 when a case errored or failed its check."""
+    if json_path:
+        print(f"[json] wrote {write_json(json_path, payload, device)}")
+    show_summary()
+    return 1 if any("error" in r for r in rows) or any(r.get("check", "ok") != "ok" for r in rows) else 0

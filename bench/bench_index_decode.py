@@ -36,11 +36,11 @@ import torch  # noqa: E402
 
 import msa_ops  # noqa: E402
 from _suite import (LOW_LATENCY_B, LOW_LATENCY_N, MEMORY_BUDGET, OFFICIAL_B, OFFICIAL_N,  # noqa: E402
-                    OFFICIAL_WEIGHTS, Q_LEN, TOPK, copy_roofline, fmt_case, official_weight,
+                    OFFICIAL_WEIGHTS, Q_LEN, TOPK, copy_roofline, finish, fmt_case, official_weight,
                     overall_verdict, parse_cases, parse_choices, parse_list, pick_device, suite_of,
                     suite_pairs, time_sets, timing_plan,
                     timing_protocol, verdict, weighted_mbu)
-from msa_ops.bench import format_table, rotations_for, write_json  # noqa: E402
+from msa_ops.bench import format_table, rotations_for  # noqa: E402
 from msa_ops.testing.paged import INDEX_DIM, PAGE_SIZE, official_decode_lengths, pages_needed  # noqa: E402
 
 # ------------------------------------------------------------------------------------------ workloads (SPEC §7)
@@ -451,10 +451,7 @@ def main(argv: list[str] | None = None) -> int:
                "bars": {"weighted_mbu_pct": BAR_WEIGHTED_MBU, "min_mbu_pct": BAR_MIN_MBU, "max_us": BAR_MAX_US,
                         "min_n": BAR_MIN_N},
                "rows": rows, "summary": summary, "overall": overall}
-    if args.json:
-        print(f"[json] wrote {write_json(args.json, payload, device)}")
-    print_summary(summary, overall, cpu)   # last: its final line is the verdict (scripts/gpu_check.sh shows it)
-    return 1 if any("error" in r for r in rows) or any(r.get("check", "ok") != "ok" for r in rows) else 0
+    return finish(args.json, payload, device, rows, lambda: print_summary(summary, overall, cpu))
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import msa_ops  # noqa: E402
 from _suite import (GiB, LOW_LATENCY_B, LOW_LATENCY_N, MEMORY_BUDGET, OFFICIAL_B, OFFICIAL_N,  # noqa: E402
-                    OFFICIAL_WEIGHTS, Q_LEN, TOPK, copy_roofline, error_text, fmt_case, official_weight,
+                    OFFICIAL_WEIGHTS, Q_LEN, TOPK, copy_roofline, finish, error_text, fmt_case, official_weight,
                     overall_verdict, parse_cases, parse_choices, parse_list, pick_device, release, suite_of,
                     suite_pairs, time_sets, timing_plan,
                     timing_protocol, verdict, weighted_mbu)
@@ -630,10 +630,7 @@ def main(argv: list[str] | None = None) -> int:
                  "length, no mask, in the CUDA graph",
         "bars": {"weighted_mbu_pct": BAR_WEIGHTED_MBU, "max_us_low_latency": BAR_MAX_US},
         "rows": rows, "summary": summary, "overall": overall})
-    if args.json:
-        print(f"[json] wrote {write_json(args.json, payload, device)}")
-    print_summary(summary, overall, cpu)   # last: its final line is the verdict (scripts/gpu_check.sh shows it)
-    return 1 if any("error" in r for r in rows) or any(r.get("check", "ok") != "ok" for r in rows) else 0
+    return finish(args.json, payload, device, rows, lambda: print_summary(summary, overall, cpu))
 
 
 if __name__ == "__main__":

@@ -251,29 +251,8 @@ def index_decode(q_idx: torch.Tensor, index_k: torch.Tensor, page_table: torch.T
         raise ValueError(f"q_idx's index head count H (dim 2) must be 1, 2 or 4, got {heads}")
     _check_inner_contiguous("q_idx", q_idx)
 
-    if index_k.dtype not in (torch.uint8, torch.float8_e4m3fn, torch.bfloat16):
-        raise TypeError(f"index_k must be uint8 (NVFP4), float8_e4m3fn or bfloat16, got {index_k.dtype}")
-    nvfp4 = index_k.dtype == torch.uint8
-    key_width = INDEX_DIM // 2 if nvfp4 else INDEX_DIM
-    if index_k.dim() != 3 or tuple(index_k.shape[1:]) != (PAGE_SIZE, key_width):
-        raise ValueError(f"index_k must have shape [P, {PAGE_SIZE}, {key_width}] for "
-                         f"{'NVFP4' if nvfp4 else 'E4M3/BF16'} keys, got {tuple(index_k.shape)}")
-    _check_inner_contiguous("index_k", index_k)
-    _check_device("index_k", index_k, q_idx, "q_idx")
-    if nvfp4:
-        if index_k_scales is None:
-            raise ValueError("NVFP4 (uint8) index_k needs index_k_scales")
-        index_k_scales = _require_tensor("index_k_scales", index_k_scales)
-        if index_k_scales.dtype != torch.float8_e4m3fn:
-            raise TypeError(f"index_k_scales must be float8_e4m3fn, got {index_k_scales.dtype}")
-        expected = (index_k.shape[0], PAGE_SIZE, INDEX_DIM // 16)
-        if tuple(index_k_scales.shape) != expected:
-            raise ValueError(f"index_k_scales must have shape {expected} to match index_k, got "
-                             f"{tuple(index_k_scales.shape)}")
-        _check_inner_contiguous("index_k_scales", index_k_scales)
-        _check_device("index_k_scales", index_k_scales, q_idx, "q_idx")
-    elif index_k_scales is not None:
-        raise ValueError("index_k_scales is only used with NVFP4 (uint8) index_k; E4M3/BF16 index keys are unscaled")
+    index_k_scales = _check_paged_cache("index_k", index_k, "index_k_scales", index_k_scales, ("P",), INDEX_DIM,
+                                        "index keys", q_idx, "q_idx")
     if (q_idx.dtype == torch.bfloat16) != (index_k.dtype == torch.bfloat16):
         raise TypeError(f"q_idx ({q_idx.dtype}) and index_k ({index_k.dtype}) do not go together: float8_e4m3fn "
                         "q_idx needs float8_e4m3fn or NVFP4 (uint8) index_k, bfloat16 q_idx needs bfloat16 index_k")
@@ -341,30 +320,33 @@ HEAD_DIM = 128        # q / k / v head dim
 DEFAULT_SM_SCALE = 1.0 / math.sqrt(HEAD_DIM)
 
 
-def _check_kv_cache(name: str, cache: torch.Tensor, scales_name: str, scales, q: torch.Tensor):
-    """Checks one K or V cache (and its NVFP4 scales); returns the scales (None unless NVFP4)."""
+def _check_paged_cache(name: str, cache: torch.Tensor, scales_name: str, scales, lead: tuple[str, ...], dim: int,
+                       what: str, ref: torch.Tensor, ref_name: str):
+    """Checks a paged cache ``[*lead, 128, 64 (NVFP4) or 128]`` (index keys: lead ``("P",)``; K or V:
+    ``("P", "Hkv")``) and its NVFP4 scales ``[*lead, 128, 8]``; returns the scales (None unless NVFP4)."""
     if cache.dtype not in (torch.uint8, torch.float8_e4m3fn, torch.bfloat16):
         raise TypeError(f"{name} must be uint8 (NVFP4), float8_e4m3fn or bfloat16, got {cache.dtype}")
     nvfp4 = cache.dtype == torch.uint8
-    width = HEAD_DIM // 2 if nvfp4 else HEAD_DIM
-    if cache.dim() != 4 or tuple(cache.shape[2:]) != (PAGE_SIZE, width):
-        raise ValueError(f"{name} must have shape [P, Hkv, {PAGE_SIZE}, {width}] for "
-                         f"{'NVFP4' if nvfp4 else 'E4M3/BF16'} values, got {tuple(cache.shape)}")
+    width = dim // 2 if nvfp4 else dim
+    rank = len(lead) + 2
+    if cache.dim() != rank or tuple(cache.shape[len(lead):]) != (PAGE_SIZE, width):
+        raise ValueError(f"{name} must have shape [{', '.join(lead)}, {PAGE_SIZE}, {width}] for "
+                         f"{'NVFP4' if nvfp4 else 'E4M3/BF16'} {what}, got {tuple(cache.shape)}")
     _check_inner_contiguous(name, cache)
-    _check_device(name, cache, q, "q")
+    _check_device(name, cache, ref, ref_name)
     if nvfp4:
         if scales is None:
             raise ValueError(f"NVFP4 (uint8) {name} needs {scales_name}")
         scales = _require_tensor(scales_name, scales)
         if scales.dtype != torch.float8_e4m3fn:
             raise TypeError(f"{scales_name} must be float8_e4m3fn, got {scales.dtype}")
-        expected = (cache.shape[0], cache.shape[1], PAGE_SIZE, HEAD_DIM // 16)
+        expected = (*cache.shape[:len(lead)], PAGE_SIZE, dim // 16)
         if tuple(scales.shape) != expected:
             raise ValueError(f"{scales_name} must have shape {expected} to match {name}, got {tuple(scales.shape)}")
         _check_inner_contiguous(scales_name, scales)
-        _check_device(scales_name, scales, q, "q")
+        _check_device(scales_name, scales, ref, ref_name)
     elif scales is not None:
-        raise ValueError(f"{scales_name} is only used with NVFP4 (uint8) {name}; E4M3/BF16 values are unscaled")
+        raise ValueError(f"{scales_name} is only used with NVFP4 (uint8) {name}; E4M3/BF16 {what} are unscaled")
     return scales
 
 
@@ -436,8 +418,8 @@ def sparse_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk: torch
     tokens, q_heads, _ = q.shape
     _check_inner_contiguous("q", q)
 
-    k_scales = _check_kv_cache("k", k, "k_scales", k_scales, q)
-    v_scales = _check_kv_cache("v", v, "v_scales", v_scales, q)
+    k_scales = _check_paged_cache("k", k, "k_scales", k_scales, ("P", "Hkv"), HEAD_DIM, "values", q, "q")
+    v_scales = _check_paged_cache("v", v, "v_scales", v_scales, ("P", "Hkv"), HEAD_DIM, "values", q, "q")
     if k.dtype != v.dtype:
         raise TypeError(f"k and v must have the same dtype, got {k.dtype} and {v.dtype}")
     if k.shape != v.shape:

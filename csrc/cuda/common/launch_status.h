@@ -58,6 +58,7 @@ inline int env_choice(const char* name, std::initializer_list<int> allowed, int 
 
 // SM count and compute capability of the current device, read once per device (no synchronisation).
 struct DeviceInfo {
+  int device = 0;  // the ordinal
   int sms = 0, cc_major = 0, cc_minor = 0;
 };
 
@@ -70,6 +71,7 @@ inline LaunchStatus current_device_info(DeviceInfo& info) {
   if (device >= kMaxDevices) return {LaunchStatus::Kind::kCudaError, cudaErrorInvalidDevice};
   if (cached[device].sms == 0) {
     DeviceInfo d;
+    d.device = device;
     err = cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, device);
     if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.cc_minor, cudaDevAttrComputeCapabilityMinor, device);
     if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device);

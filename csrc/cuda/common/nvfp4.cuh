@@ -63,6 +63,13 @@ __device__ __forceinline__ __half2 e4m3_to_half2(uint8_t s) {
   return __half2(h, h);
 }
 
+// Two E4M3 bytes (low byte first) -> f16x2 bits (exact: every E4M3 value is an fp16 value).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
+  uint32_t out;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(out) : "h"(static_cast<unsigned short>(two_bytes)));
+  return out;
+}
+
 __device__ __forceinline__ float e4m3_to_float_dev(uint8_t s) {
   return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(s), __NV_E4M3)));
 }

@@ -41,7 +41,7 @@ LaunchStatus launch_scores_bf16(const ScoreArgs& a, cudaStream_t stream) {
 // Pages per warp (mma.sync kernel) or per CTA (wgmma kernel): enough units for ~2 waves of `per_sm` units per
 // SM over the page-table width (an upper bound of the pages; the true lengths live on the device), each unit
 // streaming at least one page and at most `most`.
-int pages_per_unit(const ScoreArgs& a, int sms, int per_sm, int most) {
+int choose_pages_per_unit(const ScoreArgs& a, int sms, int per_sm, int most) {
   const int64_t pages = int64_t(a.batch) * a.max_pages;
   return static_cast<int>(std::min<int64_t>(most, std::max<int64_t>(1, pages / (int64_t(sms) * per_sm * 2))));
 }
@@ -51,8 +51,8 @@ LaunchStatus launch_stream_tiles(ScoreArgs a, int sms, cudaStream_t stream) {
   auto kernel = index_scores_stream_kernel<kKeys, kNTiles>;
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
   if (!ready.is_ok()) return ready;
-  a.pages_per_warp = pages_per_unit(a, sms, 16, 32);
-  const int pages_per_cta = StreamConfig::kWarps * a.pages_per_warp;
+  a.pages_per_unit = choose_pages_per_unit(a, sms, 16, 32);
+  const int pages_per_cta = StreamConfig::kWarps * a.pages_per_unit;
   kernel<<<dim3((a.max_pages + pages_per_cta - 1) / pages_per_cta, a.batch), StreamConfig::kThreads, 0, stream>>>(a);
   return last_error();
 }
@@ -64,8 +64,8 @@ LaunchStatus launch_wgmma_rows(ScoreArgs a, int sms, WgmmaOperands ops, cudaStre
                                                      : index_scores_wgmma_kernel<kKeys, kN, WgmmaOperands::kF16>;
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
   if (!ready.is_ok()) return ready;
-  a.pages_per_warp = pages_per_unit(a, sms, 4, 64);  // pages per CTA (one warpgroup)
-  kernel<<<dim3((a.max_pages + a.pages_per_warp - 1) / a.pages_per_warp, a.batch), WgmmaConfig::kThreads, 0,
+  a.pages_per_unit = choose_pages_per_unit(a, sms, 4, 64);  // pages per CTA (one warpgroup)
+  kernel<<<dim3((a.max_pages + a.pages_per_unit - 1) / a.pages_per_unit, a.batch), WgmmaConfig::kThreads, 0,
            stream>>>(a);
   return last_error();
 }
@@ -125,7 +125,7 @@ LaunchStatus launch_select(const SelectArgs& args, cudaStream_t stream) {
     kernel<<<ctas, WarpSelectConfig::kThreads, 0, stream>>>(args);
     return last_error();
   }
-  auto kernel = topk_select_kernel<SelectConfig::kMaxPerThread>;
+  auto kernel = topk_select_kernel;
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
   if (!ready.is_ok()) return ready;
   kernel<<<rows, SelectConfig::kThreads, 0, stream>>>(args);

@@ -263,8 +263,9 @@ __device__ __forceinline__ int block_exclusive_scan(int value, int* warp_sums, i
   return offset + inclusive - value;
 }
 
-template <int kPerThread>
+// Rows longer than the warp kernel holds (up to 8192 candidates): one CTA each.
 __global__ void __launch_bounds__(SelectConfig::kThreads) topk_select_kernel(const SelectArgs a) {
+  constexpr int kPerThread = SelectConfig::kMaxPerThread;
   __shared__ int warp_sums[SelectConfig::kThreads / 32];
   __shared__ int step_counts[2][3][SelectConfig::kThreads / 32];  // double-buffered: one barrier per step
   const int row = blockIdx.x;

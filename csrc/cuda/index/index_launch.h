@@ -27,7 +27,7 @@ struct ScoreArgs {
   float* scores;  // [H, B*Q, max_pages], unit inner stride
   int64_t scores_stride_h, scores_stride_t;
   bool write_all_pages;  // true: every page < max_pages written (-inf where unseen); false: needed pages only
-  int pages_per_warp;    // set by launch_scores (FP8 / NVFP4 keys: pages streamed by one warp)
+  int pages_per_unit;    // set by launch_scores (FP8 / NVFP4 keys): pages of one warp (mma.sync) or CTA (wgmma)
 };
 
 struct SelectArgs {

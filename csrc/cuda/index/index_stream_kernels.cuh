@@ -126,8 +126,8 @@ __device__ __forceinline__ void slice_fragments(const SliceFetch<kKeys>& f, uint
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk) {
       // Both group scales of this key at once: (s0, s1) -> tables for k-steps 0-1 and 2-3.
-      __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(f.scales[kk]), __NV_E4M3);
-      const __half2 both = *reinterpret_cast<const __half2*>(&raw);
+      const uint32_t both_bits = nvfp4::e4m3x2_to_f16x2(f.scales[kk]);
+      const __half2 both = *reinterpret_cast<const __half2*>(&both_bits);
       const uint32_t codes[4] = {f.codes[kk].x, f.codes[kk].y, f.codes[kk].z, f.codes[kk].w};
 #pragma unroll
       for (int gh = 0; gh < 2; ++gh) {
@@ -170,9 +170,9 @@ __device__ __forceinline__ void slice_fragments(const SliceFetch<KeyKind::kNvfp4
 // Fills tables[0..255] (any thread count; caller synchronises).
 __device__ __forceinline__ void fill_product_tables(uint2* tables) {
   for (int sb = threadIdx.x; sb < 256; sb += blockDim.x) {
-    __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(sb | (sb << 8)), __NV_E4M3);
+    const uint32_t scale = nvfp4::e4m3x2_to_f16x2(sb | (sb << 8));
     uint32_t lo, hi;
-    e4m3_product_table(*reinterpret_cast<const __half2*>(&raw), lo, hi);
+    e4m3_product_table(*reinterpret_cast<const __half2*>(&scale), lo, hi);
     tables[sb] = make_uint2(lo, hi);
   }
 }
@@ -188,9 +188,9 @@ __global__ void __launch_bounds__(StreamConfig::kThreads) index_scores_stream_ke
   const int32_t seq_len = a.seq_lens[b];
   const int needed = min(seq_len >= 1 ? (seq_len - 1) / C::kPage + 1 : 0, a.max_pages);
   const int limit = a.write_all_pages ? a.max_pages : needed;
-  const int p_begin = warp_index * a.pages_per_warp;
+  const int p_begin = warp_index * a.pages_per_unit;
   if (p_begin >= limit) return;
-  const int p_end = min(p_begin + a.pages_per_warp, limit);
+  const int p_end = min(p_begin + a.pages_per_unit, limit);
   const int load_end = min(p_end, needed);
 
   // Position of each row this thread reports (rows 8 nt + 2 quad + j), -1 for padding / absent rows.

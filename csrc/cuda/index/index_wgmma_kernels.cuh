@@ -29,6 +29,8 @@
 
 namespace msa::index {
 
+using nvfp4::e4m3x2_to_f16x2;
+
 struct WgmmaConfig {
   static constexpr int kThreads = 128;  // one warpgroup
   static constexpr int kPage = 128;
@@ -138,20 +140,13 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kCount]) {
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// E4M3 pair (low byte first) -> f16x2 (exact).
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
-  uint32_t out;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(out) : "h"(static_cast<unsigned short>(two_bytes)));
-  return out;
-}
-
 // fp16 operand tables of one E4M3 scale: the 8 magnitudes e4m3_rne_satfinite(e2m1(j) * scale) as fp16,
 // split into low bytes (x, y: j = 0..3, 4..7) and high bytes (z, w), so a nibble is two byte-permutes.
 __device__ __forceinline__ void fill_f16_tables(uint4* tables) {
   for (int sb = threadIdx.x; sb < 256; sb += blockDim.x) {
-    __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(sb | (sb << 8)), __NV_E4M3);
+    const uint32_t scale = e4m3x2_to_f16x2(sb | (sb << 8));
     uint32_t lo, hi;  // E4M3 bytes of the 8 magnitudes
-    e4m3_product_table(*reinterpret_cast<const __half2*>(&raw), lo, hi);
+    e4m3_product_table(*reinterpret_cast<const __half2*>(&scale), lo, hi);
     const uint32_t h01 = e4m3x2_to_f16x2(lo), h23 = e4m3x2_to_f16x2(lo >> 16);
     const uint32_t h45 = e4m3x2_to_f16x2(hi), h67 = e4m3x2_to_f16x2(hi >> 16);
     tables[sb] = make_uint4(__byte_perm(h01, h23, 0x6420), __byte_perm(h45, h67, 0x6420),
@@ -240,9 +235,9 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads) index_scores_wgmma_kern
   const int32_t seq_len = a.seq_lens[b];
   const int needed = min(seq_len >= 1 ? (seq_len - 1) / C::kPage + 1 : 0, a.max_pages);
   const int limit = a.write_all_pages ? a.max_pages : needed;
-  const int p_begin = blockIdx.x * a.pages_per_warp;  // pages per CTA here
+  const int p_begin = blockIdx.x * a.pages_per_unit;
   if (p_begin >= limit) return;
-  const int p_end = min(p_begin + a.pages_per_warp, limit);
+  const int p_end = min(p_begin + a.pages_per_unit, limit);
   const int load_end = min(p_end, needed);
   const int first_row_pos = seq_len - a.q_len;  // position of row i: first_row_pos + i
 

@@ -73,19 +73,16 @@ LaunchStatus quantize_parts(int64_t num_groups, cudaStream_t stream, const T* x,
 LaunchStatus resident_blocks(const void* kernel, int threads, int& blocks) {
   static std::mutex mutex;
   static std::map<std::pair<const void*, int>, int> cache;
-  msa::cuda::DeviceInfo device_info;
-  const LaunchStatus known = msa::cuda::current_device_info(device_info);
+  msa::cuda::DeviceInfo device;
+  const LaunchStatus known = msa::cuda::current_device_info(device);
   if (!known.is_ok()) return known;
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
   std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find({kernel, device});
+  auto it = cache.find({kernel, device.device});
   if (it == cache.end()) {
     int per_sm = 0;
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0);
+    const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0);
     if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
-    it = cache.emplace(std::make_pair(kernel, device), device_info.sms * per_sm).first;
+    it = cache.emplace(std::make_pair(kernel, device.device), device.sms * per_sm).first;
   }
   blocks = it->second;
   return LaunchStatus::ok();
