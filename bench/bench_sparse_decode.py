@@ -172,11 +172,9 @@ class Plan:
 
 
 def workspace_bytes(case: Case, plan: Plan) -> int | None:
-    """TODO(issue 4, CUDA kernel): the size in bytes of the split-KV workspace ``msa_ops.sparse_decode`` needs
-    for this case, computed from host-known shapes only (B, Q, Hq, Hkv, page_table width, the device's SM
-    count), once the CUDA kernel defines it (e.g. through a helper exported next to the op). Until then None:
-    every call gets ``workspace=None`` (the CPU op ignores it). With a size, each rotated input set gets its own
-    preallocated uint8 workspace, so the captured call allocates nothing."""
+    """The split-KV workspace ``msa_ops.sparse_decode`` needs: none (the CUDA kernel merges the splits of a
+    token in a thread-block cluster's shared memory), so every call gets ``workspace=None`` and still allocates
+    nothing. Kept as the one place to change should a kernel ever need scratch memory."""
     return None
 
 

@@ -379,9 +379,9 @@ def sparse_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk: torch
         return_lse: also return the log-sum-exp.
         lse: optional float32 ``[B*Q, Hq]`` (any strides) to write the log-sum-exp into; allocated when None and
             ``return_lse``.
-        workspace: optional contiguous 1-D uint8 scratch for a split-KV CUDA kernel's partial results, so
-            that a CUDA-graph-captured call allocates nothing. The CPU op and the current (v1, unsplit) CUDA
-            kernel need none and ignore it.
+        workspace: reserved; accepted (a contiguous 1-D uint8 tensor on q's device) and ignored. No kernel
+            needs one: the CUDA kernel splits a token's pages over a thread-block cluster and merges the parts
+            in distributed shared memory, so a CUDA-graph-captured call allocates nothing without it.
 
     Returns:
         ``out`` bfloat16 ``[B*Q, Hq, 128]``, or ``(out, lse)`` with ``lse`` float32 ``[B*Q, Hq]`` when

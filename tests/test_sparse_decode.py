@@ -245,6 +245,25 @@ def test_views(device, kv_format):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kernel", ["splits1", "splits2", "splits4", "splits8", "v1"])
+@pytest.mark.parametrize("kv_format", KV_FORMATS)
+def test_split_variants(device, kernel, kv_format, monkeypatch):
+    # The CUDA op splits each token's TopK row over a cluster of 1, 2, 4 or 8 CTAs (chosen from the shapes) and
+    # merges the parts by their LSE; MSA_SPARSE_DECODE_SPLITS forces a split count and MSA_SPARSE_DECODE_KERNEL=1
+    # the unsplit v1 kernel (both read at every call). The CPU op ignores them: its run is the same case's twin.
+    if kernel == "v1":
+        monkeypatch.setenv("MSA_SPARSE_DECODE_KERNEL", "1")
+    else:
+        monkeypatch.setenv("MSA_SPARSE_DECODE_SPLITS", kernel.removeprefix("splits"))
+    # GQA 16 with one 16-row block, GQA 32 (two blocks), GQA 8 (half a block); a row of 64 pages (at least two
+    # CTAs: one walks <= 32 slots) and a row of 5 (more splits than slots); short, page-edge and long lengths.
+    for i, (q_heads, kv_heads, topk) in enumerate([(32, 2, 16), (32, 1, 5), (16, 2, 64)]):
+        case = make_sparse_decode_case([9000, 2049, 129, 1], q_len=4, q_heads=q_heads, kv_heads=kv_heads,
+                                       kv_format=kv_format, topk=topk, seed=70 + i, device=device)
+        _check_case(case, what=f"{kernel} {kv_format} {q_heads}/{kv_heads} W {topk}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kv_format", KV_FORMATS)
 def test_repeatable(device, kv_format):
     case = make_sparse_decode_case([20_000, 3000, 700], q_len=8, q_heads=64, kv_heads=4, kv_format=kv_format,

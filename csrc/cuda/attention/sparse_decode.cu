@@ -1,7 +1,17 @@
 // Kernel choice and launch for sparse decode attention. No torch: checks and errors live in
 // sparse_decode_host.cpp.
+//
+// Default: the split kernel (sparse_decode_split_kernels.cuh), one cluster of `splits` CTAs per (token, KV head,
+// 16 query heads). `splits` comes from host-known shapes only (never from device data): the smallest power of
+// two <= 8 that gives at least one full wave of resident CTAs, and at least ceil(W / 32) (a CTA walks <= 32
+// TopK slots). Knobs for benchmarks and tests: MSA_SPARSE_DECODE_SPLITS=1|2|4|8 forces the split count (raised
+// to ceil(W / 32) when lower); MSA_SPARSE_DECODE_KERNEL=1 selects the v1 kernel (one CTA per token, no split).
+#include <algorithm>
+#include <atomic>
+
 #include "cuda/attention/sparse_decode_kernels.cuh"
 #include "cuda/attention/sparse_decode_launch.h"
+#include "cuda/attention/sparse_decode_split_kernels.cuh"
 
 namespace msa::attention {
 namespace {
@@ -9,7 +19,7 @@ namespace {
 using msa::cuda::LaunchStatus;
 
 template <KvKind kKv>
-LaunchStatus launch_kind(const SparseDecodeArgs& a, cudaStream_t stream) {
+LaunchStatus launch_v1(const SparseDecodeArgs& a, cudaStream_t stream) {
   auto kernel = sparse_decode_kernel<kKv>;
   constexpr int kSmem = AttnTraits<kKv>::kSmemBytes;
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel), kSmem);
@@ -20,6 +30,77 @@ LaunchStatus launch_kind(const SparseDecodeArgs& a, cudaStream_t stream) {
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
   return LaunchStatus::ok();
+}
+
+// Resident CTAs per SM of a kernel (the occupancy API, asked once per kernel; one GPU model per process assumed).
+template <KvKind kKv>
+int resident_ctas(const void* kernel, int smem) {
+  static std::atomic<int> cached{0};
+  int n = cached.load(std::memory_order_relaxed);
+  if (n == 0) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, split::Cfg::kThreads, smem) != cudaSuccess || n < 1)
+      n = 1;
+    cached.store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+int choose_splits(const SparseDecodeArgs& a, int units, int sms, int ctas_per_sm) {
+  const int least = (a.topk_width + split::Cfg::kMaxSlots - 1) / split::Cfg::kMaxSlots;  // <= 2 for W <= 64
+  int splits = 1;
+  const int forced = msa::cuda::env_choice("MSA_SPARSE_DECODE_SPLITS", {1, 2, 4, 8}, 0);
+  if (forced > 0) {
+    splits = forced;
+  } else {
+    const int64_t wave = int64_t(sms) * ctas_per_sm;
+    while (splits < split::Cfg::kMaxSplits && 2 * splits <= a.topk_width && int64_t(units) * splits < wave) splits *= 2;
+  }
+  while (splits < least) splits *= 2;
+  return splits;
+}
+
+template <KvKind kKv>
+LaunchStatus launch_split(const SparseDecodeArgs& a, cudaStream_t stream) {
+  auto kernel = split::sparse_decode_split_kernel<kKv>;
+  constexpr int kSmem = split::Layout<kKv>::kSmemBytes;
+  const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel), kSmem);
+  if (!ready.is_ok()) return ready;
+  msa::cuda::DeviceInfo device;
+  const LaunchStatus info = msa::cuda::current_device_info(device);
+  if (!info.is_ok()) return info;
+  const int group = a.q_heads / a.kv_heads;
+  const int blocks = (group + split::Cfg::kRows - 1) / split::Cfg::kRows;
+  const int units = a.tokens * a.kv_heads * blocks;
+  const int splits = choose_splits(a, units, device.sms, resident_ctas<kKv>(reinterpret_cast<const void*>(kernel), kSmem));
+
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(a.tokens) * splits, a.kv_heads, blocks);
+  config.blockDim = dim3(split::Cfg::kThreads);
+  config.dynamicSmemBytes = kSmem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = splits;
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  cudaError_t err = cudaLaunchKernelEx(&config, kernel, a, splits);
+  if (err == cudaSuccess) err = cudaGetLastError();
+  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+  return LaunchStatus::ok();
+}
+
+template <KvKind kKv>
+LaunchStatus launch_kind(const SparseDecodeArgs& a, cudaStream_t stream) {
+  // The split kernel keeps in-page byte offsets in 32 bits: token strides up to 2^24 bytes (any real cache).
+  const int64_t elem = kKv == KvKind::kBF16 ? 2 : 1;
+  const int64_t widest = std::max({a.k_stride_token * elem, a.v_stride_token * elem, a.ks_stride_token,
+                                   a.vs_stride_token});
+  if (widest > (int64_t(1) << 24) || msa::cuda::env_choice("MSA_SPARSE_DECODE_KERNEL", {1, 2}, 2) == 1) {
+    return launch_v1<kKv>(a, stream);
+  }
+  return launch_split<kKv>(a, stream);
 }
 
 }  // namespace
