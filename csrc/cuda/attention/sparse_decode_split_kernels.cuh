@@ -31,7 +31,7 @@
 
 #include "cuda/attention/sparse_decode_launch.h"
 #include "cuda/common/nvfp4.cuh"
-#include "cuda/index/index_stream_kernels.cuh"  // e4m3_product_table, e2m1x8_to_e4m3x8: the Q8KV4 decode
+#include "cuda/index/index_stream_kernels.cuh"  // e4m3_product_table: the Q8KV4 dequant of one scale
 
 namespace msa::attention::split {
 
@@ -153,6 +153,19 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) { return nvfp4::e4m3x2_to_f16x2(two_bytes); }
 
+// E4M3 bytes 0, 1 (lo) or 2, 3 (hi) of a word -> f16x2 (exact). Taking the half through a b16 register pair lets
+// the cvt read the upper half in place (F2FP ... R.H1) instead of shifting it down first.
+__device__ __forceinline__ uint32_t e4m3_lo_to_f16x2(uint32_t w) {
+  uint32_t out;
+  asm("{.reg .b16 l, h; mov.b32 {l, h}, %1; cvt.rn.f16x2.e4m3x2 %0, l;}" : "=r"(out) : "r"(w));
+  return out;
+}
+__device__ __forceinline__ uint32_t e4m3_hi_to_f16x2(uint32_t w) {
+  uint32_t out;
+  asm("{.reg .b16 l, h; mov.b32 {l, h}, %1; cvt.rn.f16x2.e4m3x2 %0, h;}" : "=r"(out) : "r"(w));
+  return out;
+}
+
 // Per E4M3 scale byte, the E4M3 bytes of e4m3_rne_satfinite(e2m1(j) * scale), j = 0..7 (the MSA Q8KV4 dequant):
 // with them 8 codes become 8 E4M3 bytes in ~10 integer instructions (two byte-permute lookups + signs).
 __device__ __forceinline__ void fill_e4m3_tables(uint2* tables) {
@@ -162,6 +175,18 @@ __device__ __forceinline__ void fill_e4m3_tables(uint2* tables) {
     index::e4m3_product_table(*reinterpret_cast<const __half2*>(&scale_bits), t.x, t.y);
     tables[sb] = t;
   }
+}
+
+// 8 E2M1 codes (low nibble first) -> 8 E4M3 bytes through one scale's table (lo, hi): out_lo = codes 0..3,
+// out_hi = codes 4..7. The magnitudes are two byte-permute lookups; the signs are gathered straight from the
+// code word and the word shifted by 4 (bit 7 of each gathered byte is a code's sign; the final AND keeps only
+// it). 9 integer instructions per 8 codes.
+__device__ __forceinline__ void e2m1x8_to_e4m3x8(uint32_t w, uint32_t lo, uint32_t hi, uint32_t& out_lo,
+                                                 uint32_t& out_hi) {
+  const uint32_t magnitude = w & 0x77777777u;  // bit 3 of a selector nibble would mean "replicate the sign"
+  const uint32_t w4 = w << 4;                  // code 2c's sign at bit 7 of byte c (code 2c + 1's: in w)
+  out_lo = __byte_perm(lo, hi, magnitude) | (__byte_perm(w, w4, 0x1504u) & 0x80808080u);
+  out_hi = __byte_perm(lo, hi, magnitude >> 16) | (__byte_perm(w, w4, 0x3726u) & 0x80808080u);
 }
 
 // Fast 2^x (MUFU.EX2; ex2(-inf) = +0).
@@ -192,7 +217,7 @@ __device__ __forceinline__ int dim_of_column(int j, int c) {
 
 // ---- the chunk list of a CTA ---------------------------------------------------------------------------
 
-// Lane l describes slot s0 + l of the token's TopK row: its physical page, visible keys and chunk count, and
+// Lane l describes slot first + l * step of the token's TopK row: its physical page, visible keys and chunk count, and
 // the inclusive prefix of chunk counts over the lanes.
 struct SlotList {
   int64_t physical;
@@ -201,13 +226,13 @@ struct SlotList {
 };
 
 __device__ __forceinline__ SlotList make_slot_list(const SparseDecodeArgs& a, int t, int hk, int b, int local,
-                                                   int pos, int s0, int n_slots) {
+                                                   int pos, int first, int step, int n_slots) {
   const int lane = threadIdx.x & 31;
   int chunks = 0, visible = 0;
   int64_t physical = 0;
   bool broken = false;
   if (lane < n_slots) {
-    const int page = a.topk[hk * a.topk_stride_h + int64_t(t) * a.topk_stride_t + int64_t(s0 + lane) * a.topk_stride_k];
+    const int page = a.topk[hk * a.topk_stride_h + int64_t(t) * a.topk_stride_t + int64_t(first + lane * step) * a.topk_stride_k];
     if (page >= 0 && page <= local) {
       const int32_t p = page < a.max_pages ? a.page_table[int64_t(b) * a.page_table_stride + page] : -1;
       if (p < 0 || p >= a.physical_pages) {
@@ -345,9 +370,9 @@ __device__ __forceinline__ void key_fragments(const uint8_t* stage, const uint2*
     for (int s = 0; s < 4; ++s) {  // word s: dims 32 quad + 8 s + [0, 8) = k-steps 2 s, 2 s + 1
       const uint2 t = tables[(sc >> (8 * (s >> 1))) & 0xFFu];
       uint32_t lo, hi;
-      index::e2m1x8_to_e4m3x8(words[s], t.x, t.y, lo, hi);
-      kb[2 * s][0] = e4m3x2_to_f16x2(lo & 0xFFFFu), kb[2 * s][1] = e4m3x2_to_f16x2(lo >> 16);
-      kb[2 * s + 1][0] = e4m3x2_to_f16x2(hi & 0xFFFFu), kb[2 * s + 1][1] = e4m3x2_to_f16x2(hi >> 16);
+      e2m1x8_to_e4m3x8(words[s], t.x, t.y, lo, hi);
+      kb[2 * s][0] = e4m3_lo_to_f16x2(lo), kb[2 * s][1] = e4m3_hi_to_f16x2(lo);
+      kb[2 * s + 1][0] = e4m3_lo_to_f16x2(hi), kb[2 * s + 1][1] = e4m3_hi_to_f16x2(hi);
     }
   } else if constexpr (kKv == KvKind::kE4M3) {
 #pragma unroll
@@ -356,8 +381,8 @@ __device__ __forceinline__ void key_fragments(const uint8_t* stage, const uint2*
       const uint32_t words[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
-        kb[4 * p + s][0] = e4m3x2_to_f16x2(words[s] & 0xFFFFu);
-        kb[4 * p + s][1] = e4m3x2_to_f16x2(words[s] >> 16);
+        kb[4 * p + s][0] = e4m3_lo_to_f16x2(words[s]);
+        kb[4 * p + s][1] = e4m3_hi_to_f16x2(words[s]);
       }
     }
   } else {
@@ -374,10 +399,10 @@ __device__ __forceinline__ void key_fragments(const uint8_t* stage, const uint2*
 __device__ __forceinline__ void pair_e4m3(uint32_t a, uint32_t b, uint32_t (&vb)[16][2], int j0, int pair) {
   const uint32_t x01 = __byte_perm(a, b, 0x5140);  // (a0, b0, a1, b1)
   const uint32_t x23 = __byte_perm(a, b, 0x7362);  // (a2, b2, a3, b3)
-  vb[j0][pair] = e4m3x2_to_f16x2(x01 & 0xFFFFu);
-  vb[j0 + 1][pair] = e4m3x2_to_f16x2(x01 >> 16);
-  vb[j0 + 2][pair] = e4m3x2_to_f16x2(x23 & 0xFFFFu);
-  vb[j0 + 3][pair] = e4m3x2_to_f16x2(x23 >> 16);
+  vb[j0][pair] = e4m3_lo_to_f16x2(x01);
+  vb[j0 + 1][pair] = e4m3_hi_to_f16x2(x01);
+  vb[j0 + 2][pair] = e4m3_lo_to_f16x2(x23);
+  vb[j0 + 3][pair] = e4m3_hi_to_f16x2(x23);
 }
 
 // B fragments of P V for the 16 n-tiles: vb[j] = {V[2q][d], V[2q+1][d]}, {V[2q+8][d], V[2q+9][d]} with
@@ -396,8 +421,8 @@ __device__ __forceinline__ void value_fragments(const uint8_t* stage, const uint
         const uint2 c = *reinterpret_cast<const uint2*>(stage + F::kVOff + (i * 32 + lane) * 8);
         const uint32_t sw = *reinterpret_cast<const uint32_t*>(stage + F::kVsOff + (i * 32 + lane) * 4);
         const uint2 t = tables[(sw >> (8 * (g8 & 3))) & 0xFFu];
-        index::e2m1x8_to_e4m3x8(c.x, t.x, t.y, e[k][0], e[k][1]);
-        index::e2m1x8_to_e4m3x8(c.y, t.x, t.y, e[k][2], e[k][3]);
+        e2m1x8_to_e4m3x8(c.x, t.x, t.y, e[k][0], e[k][1]);
+        e2m1x8_to_e4m3x8(c.y, t.x, t.y, e[k][2], e[k][3]);
       }
 #pragma unroll
       for (int w = 0; w < 4; ++w) pair_e4m3(e[0][w], e[1][w], vb, 4 * w, pair);
@@ -433,7 +458,7 @@ __device__ __forceinline__ int dim_of_position(int p) {
 // ---- the kernel ----------------------------------------------------------------------------------------
 
 template <KvKind kKv>
-__global__ void __launch_bounds__(Cfg::kThreads) sparse_decode_split_kernel(const SparseDecodeArgs a, int splits) {
+__global__ void __launch_bounds__(Cfg::kThreads, 3) sparse_decode_split_kernel(const SparseDecodeArgs a, int splits) {
   using F = Fmt<kKv>;
   using L = Layout<kKv>;
   constexpr bool kBF16 = kKv == KvKind::kBF16;
@@ -456,9 +481,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) sparse_decode_split_kernel(cons
 
   if constexpr (kKv == KvKind::kNvfp4) fill_e4m3_tables(tables);
 
-  const int per = (a.topk_width + splits - 1) / splits;
-  const int s0 = split * per;
-  const SlotList slots = make_slot_list(a, t, hk, b, local, pos, s0, min(per, a.topk_width - s0));
+  // Split s walks slots s, s + splits, ...: rows end in -1 padding (short contexts), so interleaving spreads
+  // the real pages evenly over the splits.
+  const int n_slots = split < a.topk_width ? (a.topk_width - split + splits - 1) / splits : 0;
+  const SlotList slots = make_slot_list(a, t, hk, b, local, pos, split, splits, n_slots);
   const int mine = slots.total > warp ? (slots.total - warp + Cfg::kWarps - 1) / Cfg::kWarps : 0;
 
   uint8_t* ring = smem + warp * L::kSlab;
@@ -501,8 +527,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) sparse_decode_split_kernel(cons
         const uint32_t w[4] = {v[p].x, v[p].y, v[p].z, v[p].w};
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
-          qa[4 * p + s][h] = e4m3x2_to_f16x2(w[s] & 0xFFFFu);
-          qa[4 * p + s][h + 2] = e4m3x2_to_f16x2(w[s] >> 16);
+          qa[4 * p + s][h] = e4m3_lo_to_f16x2(w[s]);
+          qa[4 * p + s][h + 2] = e4m3_hi_to_f16x2(w[s]);
         }
       }
     }
@@ -530,9 +556,15 @@ __global__ void __launch_bounds__(Cfg::kThreads) sparse_decode_split_kernel(cons
     for (int n = 0; n < 2; ++n) {
       uint32_t kb[8][2];
       key_fragments<kKv>(stage, tables, n, kb);
+      float s2[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // two accumulation chains of 4 MMAs instead of one of 8
       s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-      for (int k = 0; k < 8; ++k) mma16816<kBF16>(s[n], qa[k], kb[k][0], kb[k][1]);
+      for (int k = 0; k < 8; k += 2) {
+        mma16816<kBF16>(s[n], qa[k], kb[k][0], kb[k][1]);
+        mma16816<kBF16>(s2, qa[k + 1], kb[k + 1][0], kb[k + 1][1]);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] += s2[e];
     }
     // Online softmax in base 2; the thread holds rows g (e = 0, 1) and g + 8 (e = 2, 3), keys 8 n + 2 quad + e % 2.
     float chunk_max[2] = {-INFINITY, -INFINITY};
