@@ -31,7 +31,7 @@
 
 #include "cuda/attention/sparse_decode_launch.h"
 #include "cuda/common/nvfp4.cuh"
-#include "cuda/index/index_stream_kernels.cuh"  // e4m3_product_table: the Q8KV4 dequant of one scale
+#include "cuda/index/index_stream_kernels.cuh"  // the Q8KV4 decode: fill_product_tables, e2m1x8_to_e4m3x8
 
 namespace msa::attention::split {
 
@@ -153,41 +153,8 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) { return nvfp4::e4m3x2_to_f16x2(two_bytes); }
 
-// E4M3 bytes 0, 1 (lo) or 2, 3 (hi) of a word -> f16x2 (exact). Taking the half through a b16 register pair lets
-// the cvt read the upper half in place (F2FP ... R.H1) instead of shifting it down first.
-__device__ __forceinline__ uint32_t e4m3_lo_to_f16x2(uint32_t w) {
-  uint32_t out;
-  asm("{.reg .b16 l, h; mov.b32 {l, h}, %1; cvt.rn.f16x2.e4m3x2 %0, l;}" : "=r"(out) : "r"(w));
-  return out;
-}
-__device__ __forceinline__ uint32_t e4m3_hi_to_f16x2(uint32_t w) {
-  uint32_t out;
-  asm("{.reg .b16 l, h; mov.b32 {l, h}, %1; cvt.rn.f16x2.e4m3x2 %0, h;}" : "=r"(out) : "r"(w));
-  return out;
-}
-
-// Per E4M3 scale byte, the E4M3 bytes of e4m3_rne_satfinite(e2m1(j) * scale), j = 0..7 (the MSA Q8KV4 dequant):
-// with them 8 codes become 8 E4M3 bytes in ~10 integer instructions (two byte-permute lookups + signs).
-__device__ __forceinline__ void fill_e4m3_tables(uint2* tables) {
-  for (int sb = threadIdx.x; sb < 256; sb += blockDim.x) {
-    const uint32_t scale_bits = e4m3x2_to_f16x2(sb | (sb << 8));
-    uint2 t;
-    index::e4m3_product_table(*reinterpret_cast<const __half2*>(&scale_bits), t.x, t.y);
-    tables[sb] = t;
-  }
-}
-
-// 8 E2M1 codes (low nibble first) -> 8 E4M3 bytes through one scale's table (lo, hi): out_lo = codes 0..3,
-// out_hi = codes 4..7. The magnitudes are two byte-permute lookups; the signs are gathered straight from the
-// code word and the word shifted by 4 (bit 7 of each gathered byte is a code's sign; the final AND keeps only
-// it). 9 integer instructions per 8 codes.
-__device__ __forceinline__ void e2m1x8_to_e4m3x8(uint32_t w, uint32_t lo, uint32_t hi, uint32_t& out_lo,
-                                                 uint32_t& out_hi) {
-  const uint32_t magnitude = w & 0x77777777u;  // bit 3 of a selector nibble would mean "replicate the sign"
-  const uint32_t w4 = w << 4;                  // code 2c's sign at bit 7 of byte c (code 2c + 1's: in w)
-  out_lo = __byte_perm(lo, hi, magnitude) | (__byte_perm(w, w4, 0x1504u) & 0x80808080u);
-  out_hi = __byte_perm(lo, hi, magnitude >> 16) | (__byte_perm(w, w4, 0x3726u) & 0x80808080u);
-}
+using index::e4m3_hi_to_f16x2;
+using index::e4m3_lo_to_f16x2;
 
 // Fast 2^x (MUFU.EX2; ex2(-inf) = +0).
 __device__ __forceinline__ float fast_exp2(float x) {
@@ -370,7 +337,7 @@ __device__ __forceinline__ void key_fragments(const uint8_t* stage, const uint2*
     for (int s = 0; s < 4; ++s) {  // word s: dims 32 quad + 8 s + [0, 8) = k-steps 2 s, 2 s + 1
       const uint2 t = tables[(sc >> (8 * (s >> 1))) & 0xFFu];
       uint32_t lo, hi;
-      e2m1x8_to_e4m3x8(words[s], t.x, t.y, lo, hi);
+      index::e2m1x8_to_e4m3x8(words[s], t.x, t.y, lo, hi);
       kb[2 * s][0] = e4m3_lo_to_f16x2(lo), kb[2 * s][1] = e4m3_hi_to_f16x2(lo);
       kb[2 * s + 1][0] = e4m3_lo_to_f16x2(hi), kb[2 * s + 1][1] = e4m3_hi_to_f16x2(hi);
     }
@@ -421,8 +388,8 @@ __device__ __forceinline__ void value_fragments(const uint8_t* stage, const uint
         const uint2 c = *reinterpret_cast<const uint2*>(stage + F::kVOff + (i * 32 + lane) * 8);
         const uint32_t sw = *reinterpret_cast<const uint32_t*>(stage + F::kVsOff + (i * 32 + lane) * 4);
         const uint2 t = tables[(sw >> (8 * (g8 & 3))) & 0xFFu];
-        e2m1x8_to_e4m3x8(c.x, t.x, t.y, e[k][0], e[k][1]);
-        e2m1x8_to_e4m3x8(c.y, t.x, t.y, e[k][2], e[k][3]);
+        index::e2m1x8_to_e4m3x8(c.x, t.x, t.y, e[k][0], e[k][1]);
+        index::e2m1x8_to_e4m3x8(c.y, t.x, t.y, e[k][2], e[k][3]);
       }
 #pragma unroll
       for (int w = 0; w < 4; ++w) pair_e4m3(e[0][w], e[1][w], vb, 4 * w, pair);
@@ -479,7 +446,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 3) sparse_decode_split_kernel(c
   const int local = pos >= 0 ? pos / Cfg::kPage : -1;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g8 = lane >> 2, quad = lane & 3;
 
-  if constexpr (kKv == KvKind::kNvfp4) fill_e4m3_tables(tables);
+  if constexpr (kKv == KvKind::kNvfp4) index::fill_product_tables(tables);  // per scale byte: 8 E4M3 values
 
   // Split s walks slots s, s + splits, ...: rows end in -1 padding (short contexts), so interleaving spreads
   // the real pages evenly over the splits.

@@ -140,41 +140,12 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kCount]) {
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// fp16 operand tables of one E4M3 scale: the 8 magnitudes e4m3_rne_satfinite(e2m1(j) * scale) as fp16,
-// split into low bytes (x, y: j = 0..3, 4..7) and high bytes (z, w), so a nibble is two byte-permutes.
-__device__ __forceinline__ void fill_f16_tables(uint4* tables) {
-  for (int sb = threadIdx.x; sb < 256; sb += blockDim.x) {
-    const uint32_t scale = e4m3x2_to_f16x2(sb | (sb << 8));
-    uint32_t lo, hi;  // E4M3 bytes of the 8 magnitudes
-    e4m3_product_table(*reinterpret_cast<const __half2*>(&scale), lo, hi);
-    const uint32_t h01 = e4m3x2_to_f16x2(lo), h23 = e4m3x2_to_f16x2(lo >> 16);
-    const uint32_t h45 = e4m3x2_to_f16x2(hi), h67 = e4m3x2_to_f16x2(hi >> 16);
-    tables[sb] = make_uint4(__byte_perm(h01, h23, 0x6420), __byte_perm(h45, h67, 0x6420),
-                            __byte_perm(h01, h23, 0x7531), __byte_perm(h45, h67, 0x7531));
-  }
-}
-
-// 8 E2M1 codes -> 4 f16x2 through a table of fill_f16_tables: out[0] = codes 0,1 ... out[3] = codes 6,7.
-__device__ __forceinline__ void e2m1x8_to_f16x8(uint32_t w, const uint4& t, uint32_t (&out)[4]) {
-  const uint32_t magnitude = w & 0x77777777u;
-  const uint32_t sign = w & 0x88888888u, sign4 = sign << 4;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {  // codes 4 half .. 4 half + 3
-    const uint32_t sel = half == 0 ? magnitude : magnitude >> 16;
-    const uint32_t lo = __byte_perm(t.x, t.y, sel), hi = __byte_perm(t.z, t.w, sel);
-    // Sign of code 2c at bit 7 of sign4's byte c, of code 2c + 1 at bit 7 of sign's byte c (c = 0..3).
-    const uint32_t b = 2 * half;  // byte of sign / sign4 holding codes 4 half, 4 half + 1
-    out[2 * half] = __byte_perm(lo, hi, 0x5140) |
-                    (__byte_perm(sign, sign4, (b << 12) | ((b + 4) << 4)) & 0x80008000u);
-    out[2 * half + 1] = __byte_perm(lo, hi, 0x7362) |
-                        (__byte_perm(sign, sign4, ((b + 1) << 12) | ((b + 5) << 4)) & 0x80008000u);
-  }
-}
-
 // The f16 A fragments (8 k16-steps x 4 registers) of one slice: keys g (a0, a2) and g + 8 (a1, a3). k16-step
 // t takes the thread's dims 32 quad + 4 t + [0, 4): (a0 | a1) dims + 0, 1; (a2 | a3) dims + 2, 3.
+// NVFP4 goes through the E4M3 bytes of the Q8KV4 dequant (per-scale tables, 9 integer instructions per 8
+// codes) and one exact cvt per pair to fp16.
 template <KeyKind kKeys>
-__device__ __forceinline__ void slice_fragments_f16(const SliceFetch<kKeys>& f, const uint4* tables,
+__device__ __forceinline__ void slice_fragments_f16(const SliceFetch<kKeys>& f, const uint2* tables,
                                                     uint32_t (&a)[8][4]) {
 #pragma unroll
   for (int kk = 0; kk < 2; ++kk) {
@@ -182,15 +153,15 @@ __device__ __forceinline__ void slice_fragments_f16(const SliceFetch<kKeys>& f, 
       const uint32_t codes[4] = {f.codes[kk].x, f.codes[kk].y, f.codes[kk].z, f.codes[kk].w};
 #pragma unroll
       for (int gh = 0; gh < 2; ++gh) {
-        const uint4 t = tables[(f.scales[kk] >> (8 * gh)) & 0xFFu];
+        const uint2 t = tables[(f.scales[kk] >> (8 * gh)) & 0xFFu];
 #pragma unroll
         for (int s = 2 * gh; s < 2 * gh + 2; ++s) {  // word s: dims 32 quad + 8 s + [0, 8) = k16-steps 2s, 2s+1
-          uint32_t h[4];
-          e2m1x8_to_f16x8(codes[s], t, h);
-          a[2 * s][kk] = h[0];
-          a[2 * s][kk + 2] = h[1];
-          a[2 * s + 1][kk] = h[2];
-          a[2 * s + 1][kk + 2] = h[3];
+          uint32_t lo, hi;  // E4M3 bytes of codes 0..3, 4..7
+          e2m1x8_to_e4m3x8(codes[s], t.x, t.y, lo, hi);
+          a[2 * s][kk] = e4m3_lo_to_f16x2(lo);
+          a[2 * s][kk + 2] = e4m3_hi_to_f16x2(lo);
+          a[2 * s + 1][kk] = e4m3_lo_to_f16x2(hi);
+          a[2 * s + 1][kk + 2] = e4m3_hi_to_f16x2(hi);
         }
       }
     } else {
@@ -198,8 +169,8 @@ __device__ __forceinline__ void slice_fragments_f16(const SliceFetch<kKeys>& f, 
                              f.v[kk][1].x, f.v[kk][1].y, f.v[kk][1].z, f.v[kk][1].w};
 #pragma unroll
       for (int t = 0; t < 8; ++t) {
-        a[t][kk] = e4m3x2_to_f16x2(w[t]);
-        a[t][kk + 2] = e4m3x2_to_f16x2(w[t] >> 16);
+        a[t][kk] = e4m3_lo_to_f16x2(w[t]);
+        a[t][kk + 2] = e4m3_hi_to_f16x2(w[t]);
       }
     }
   }
@@ -226,8 +197,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads) index_scores_wgmma_kern
   // Query tile: [kN / 8][K in 16-byte chunks][8 rows][16 B] (f16: 16 chunks, E4M3: 8).
   __shared__ __align__(128) uint8_t q_tile[kN / 8 * kChunkBytes];
   __shared__ float warp_max[2][4][kN];  // per page parity: each warp's max over its keys
-  using Table = std::conditional_t<kF16, uint4, uint2>;
-  __shared__ Table tables[kKeys == KeyKind::kNvfp4 ? 256 : 1];  // NVFP4: the values of each E4M3 scale
+  __shared__ uint2 tables[kKeys == KeyKind::kNvfp4 ? 256 : 1];  // NVFP4: the 8 E4M3 values of each scale
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
   const int b = blockIdx.y;
@@ -268,13 +238,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads) index_scores_wgmma_kern
       *reinterpret_cast<uint32_t*>(dst + (2 * s) * 128) = v.x;      // first half of the step's k
       *reinterpret_cast<uint32_t*>(dst + (2 * s + 1) * 128) = v.y;  // second half
     }
-    if constexpr (kKeys == KeyKind::kNvfp4) {
-      if constexpr (kF16) {
-        fill_f16_tables(tables);
-      } else {
-        fill_product_tables(tables);
-      }
-    }
+    if constexpr (kKeys == KeyKind::kNvfp4) fill_product_tables(tables);
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();
     uint64_t desc[kSteps];
