@@ -154,4 +154,48 @@ __device__ __forceinline__ uint32_t e2m1x2_from_quotients_bf16in(float q0, float
   return (code | (code >> 12)) & 0xFFu;
 }
 
+// Eight quotients as four fp16x2 words -> one word of eight E2M1 codes (element 0 in the low nibble), for
+// bf16 input with G = 1 only (same precondition as e2m1x2_from_quotients_bf16in, which this replaces in the
+// bf16 quantize_bf16_group). Word j holds element j in its low half and element j + 4 in its high half, each
+// the fp16 rounding RN16(RN32(x * RN(1/s))): for bf16 x that is exactly a rounding threshold T when x = T * s
+// and otherwise on the same side of every T as x / s (see e2m1x2_from_quotients_bf16in).
+//
+// Per lane, with a = |q| (fp16) and code = the E2M1 magnitude code:
+//   A = RN(a + 1022): below 1024 (ulp 0.5) iff a < 2, so bits(A) - 0x63FC = RNE(2a) for a < 2 and RNE(a) + 2
+//     above, i.e. RNE(min(2a, a + 2));
+//   B = RN(a + 2044): below 2048 (ulp 1) iff a < 4, so bits(B) - 0x67FA = RNE(min(a + 2, a / 2 + 4)).
+// min(2a, a + 2, a / 2 + 4, 7) is the piecewise-linear map of the E2M1 values 0, .5, 1, 1.5, 2, 3, 4, 6 onto
+// 0..7, so code = RNE of it (the offsets are even: ties to the even significand are ties to the even code),
+// and RNE commutes with min: code = min(bits(A) - 0x63FC, bits(B) - 0x67FA, 7), two fused add + min ops on
+// the u16 lanes (no overflow: bits <= 0x7C00, Inf gives 7). Each lane ends as 0x6400 | code; byte permutes
+// gather the codes and the sign bits (sign of q, so -0 and negatives rounding to 0 give code 8), and one
+// shift-add packs the nibbles. Checked exhaustively against msa_ops/formats.py with a bit-level emulation:
+// every finite fp16 a, and every finite bf16 x at every non-zero E4M3 scale.
+__device__ __forceinline__ uint32_t prmt_b32(uint32_t a, uint32_t b, uint32_t selector) {
+  uint32_t out;  // PTX prmt default mode: a selector nibble with bit 3 set replicates the byte's sign bit
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(a), "r"(b), "r"(selector));
+  return out;
+}
+
+__device__ __forceinline__ uint32_t e2m1x8_from_half2x4_bf16in(const uint32_t (&h)[4], uint32_t four = 0x00040004u) {
+  uint32_t biased[4];  // per lane 0x6400 | code
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const __half2 a = __habs2(*reinterpret_cast<const __half2*>(&h[j]));
+    const __half2 pa = __hadd2(a, __float2half2_rn(1022.0f));
+    const __half2 pb = __hadd2(a, __float2half2_rn(2044.0f));
+    const uint32_t a_bits = *reinterpret_cast<const uint32_t*>(&pa);
+    const uint32_t b_bits = *reinterpret_cast<const uint32_t*>(&pb);
+    const uint32_t code = __viaddmin_u16x2(b_bits, 0xFC02FC02u, a_bits);  // 0x63FC + code, per lane
+    biased[j] = __viaddmin_u16x2(code, four, 0x64076407u);               // 0x6400 + min(code, 7)
+  }
+  const uint32_t even = prmt_b32(biased[0], biased[2], 0x6240u);  // codes of elements 0, 2, 4, 6 (a byte each)
+  const uint32_t odd = prmt_b32(biased[1], biased[3], 0x6240u);   // 1, 3, 5, 7
+  const uint32_t even_sign = prmt_b32(h[0], h[2], 0xFBD9u);      // 0xFF for a negative element, else 0
+  const uint32_t odd_sign = prmt_b32(h[1], h[3], 0xFBD9u);
+  const uint32_t lo = even | (even_sign & 0x08080808u);
+  const uint32_t hi = odd | (odd_sign & 0x08080808u);
+  return lo + (hi << 4);
+}
+
 }  // namespace msa::nvfp4

@@ -171,6 +171,48 @@ __global__ void __launch_bounds__(Nvfp4Config::kThreads)
   }
 }
 
+// Per E4M3 scale code, the 8 bytes quantize_bf16_group reads with one shared-memory load: .y = RN(1/s);
+// .x = s for the hardware-FP4 path (sm_100+, exact division), and on sm_90 the packed u16 constant (4, 4)
+// of the software encoder (as an immediate, ptxas rematerialized it once per use; loaded, it stays put).
+__device__ __forceinline__ float2 bf16_group_table_entry(uint32_t code) {
+  const float s = e4m3_to_float_dev(static_cast<uint8_t>(code));
+#if MSA_HW_FP4
+  return make_float2(s, __frcp_rn(s));
+#else
+  return make_float2(__uint_as_float(0x00040004u), __frcp_rn(s));
+#endif
+}
+
+// fp32 -> E4M3 bits (RN, satfinite; NaN -> 0x7F) in the low byte of a clean u32 (no masking needed).
+__device__ __forceinline__ uint32_t e4m3_bits_u32(float v) {
+  uint32_t out;
+  asm("{\n.reg .b16 pair, zero;\ncvt.rn.satfinite.e4m3x2.f32 pair, %2, %1;\nmov.b16 zero, 0;\n"
+      "mov.b32 %0, {pair, zero};\n}"
+      : "=r"(out) : "f"(v), "f"(0.0f));
+  return out;
+}
+
+// max |x| over one group of 16 bf16 (8 packed pairs) as fp32, NaN if any element is NaN. max.NaN.xorsign.abs
+// takes the larger magnitude (NaN-propagating) and gives it the XOR of the two input signs: the magnitude is
+// exact, the sign is meaningless, so the result goes through fabsf (a free operand modifier where it is used).
+__device__ __forceinline__ uint32_t bf16x2_max_abs_nan(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("max.NaN.xorsign.abs.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+__device__ __forceinline__ float bf16x16_amax_nan(const uint32_t (&raw)[8]) {
+  const uint32_t m = bf16x2_max_abs_nan(bf16x2_max_abs_nan(bf16x2_max_abs_nan(raw[0], raw[1]),
+                                                           bf16x2_max_abs_nan(raw[2], raw[3])),
+                                        bf16x2_max_abs_nan(bf16x2_max_abs_nan(raw[4], raw[5]),
+                                                           bf16x2_max_abs_nan(raw[6], raw[7])));
+  uint32_t top;  // the larger lane, in the high half (bf16 -> fp32 is exact), zero low half
+  asm("{\n.reg .b16 lo, hi, mx, zero;\nmov.b32 {lo, hi}, %1;\nmax.NaN.xorsign.abs.bf16 mx, lo, hi;\n"
+      "mov.b16 zero, 0;\nmov.b32 %0, {zero, mx};\n}"
+      : "=r"(top) : "r"(m));
+  return fabsf(__uint_as_float(top));
+}
+
 // One bf16 group (8 words of raw bf16 pairs) -> 2 words of E2M1 codes and the E4M3 scale (G = 1).
 __device__ __forceinline__ void quantize_bf16_group(const uint32_t (&raw)[8], const float2* scale_and_reciprocal,
                                                     uint32_t (&words)[2], uint8_t& scale_bits) {
@@ -180,6 +222,7 @@ __device__ __forceinline__ void quantize_bf16_group(const uint32_t (&raw)[8], co
     v[2 * i] = __uint_as_float(raw[i] << 16);
     v[2 * i + 1] = __uint_as_float(raw[i] & 0xFFFF0000u);
   }
+#if MSA_HW_FP4
   float amax = 0.0f;
 #pragma unroll
   for (int i = 0; i < kGroup; ++i) amax = fmax_nan(amax, fabsf(v[i]));
@@ -191,16 +234,42 @@ __device__ __forceinline__ void quantize_bf16_group(const uint32_t (&raw)[8], co
     if (sr.x != 0.0f) {
 #pragma unroll
       for (int i = 0; i < kGroup; i += 2) {
-#if MSA_HW_FP4
         const uint32_t byte = e2m1x2_from_quotients(div_by_scale(v[i], sr.x, sr.y),
                                                     div_by_scale(v[i + 1], sr.x, sr.y), v[i], v[i + 1]);
-#else
-        const uint32_t byte = e2m1x2_from_quotients_bf16in(__fmul_rn(v[i], sr.y), __fmul_rn(v[i + 1], sr.y));
-#endif
         words[i / 8] |= byte << (4 * (i % 8));
       }
     }
   }
+#else
+  // amax on the packed bf16 pairs: exact, >= 0 (+0 for a zero group), NaN if any element is NaN.
+  const float amax = bf16x16_amax_nan(raw);
+  // RN(amax / 6) as amax * RN(1/6): not always the same fp32 value (10585 of the 32640 finite bf16 amax differ
+  // by an ulp), but the same E4M3 rounding for every one of them (checked exhaustively against the exact
+  // quotient with a bit-level emulation; the E4M3 ties survive the one-ulp error).
+  const bool finite = amax <= FLT_MAX;
+  const uint32_t s = e4m3_bits_u32(__fmul_rn(amax, 0x1.555556p-3f));
+  const uint32_t sb = finite ? s : kE4M3NaN;  // NaN or Inf in the group: NaN scale, zero codes (documented)
+  scale_bits = static_cast<uint8_t>(sb);
+  // Encoded unconditionally (no branch): scale 0 (entry r = Inf) and non-finite groups (0x7F: r = NaN) make
+  // garbage codes (no traps), replaced by zero codes below. The quotients are RN16(RN32(x * RN(1/s))), the
+  // precondition of e2m1x8_from_half2x4_bf16in (exact for bf16 x, G = 1).
+  const float2 entry = scale_and_reciprocal[sb];  // sb <= 0x7F: in the table
+  const float r = entry.y;
+  uint32_t w[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    uint32_t h[4];  // fp16 quotients, elements (j, j + 4) of this word's eight
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const __half2 q = __floats2half2_rn(__fmul_rn(v[8 * k + j], r), __fmul_rn(v[8 * k + j + 4], r));
+      h[j] = *reinterpret_cast<const uint32_t*>(&q);
+    }
+    w[k] = e2m1x8_from_half2x4_bf16in(h, __float_as_uint(entry.x));
+  }
+  const bool encoded = finite && s != 0u;  // scale 0: zero codes
+  words[0] = encoded ? w[0] : 0u;
+  words[1] = encoded ? w[1] : 0u;
+#endif
 }
 
 // Persistent, software-pipelined variant for the KV-cache case (bf16 input, G = 1; benchmark knob
@@ -211,10 +280,7 @@ __global__ void __launch_bounds__(Nvfp4Config::kThreads)
     nvfp4_quantize_bf16_pipelined_kernel(const __nv_bfloat16* __restrict__ x, GroupIndex x_index, int64_t num_groups,
                                          uint32_t* __restrict__ packed, uint8_t* __restrict__ scales) {
   __shared__ float2 scale_and_reciprocal[128];
-  if (threadIdx.x < 128) {
-    const float s = e4m3_to_float_dev(static_cast<uint8_t>(threadIdx.x));
-    scale_and_reciprocal[threadIdx.x] = make_float2(s, __frcp_rn(s));
-  }
+  if (threadIdx.x < 128) scale_and_reciprocal[threadIdx.x] = bf16_group_table_entry(threadIdx.x);
   __syncthreads();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x * kU;
   auto load = [&](int64_t first, uint4 (&buf)[kU][2]) {
@@ -264,7 +330,7 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-__global__ void __launch_bounds__(BulkConfig::kThreads)
+__global__ void __launch_bounds__(BulkConfig::kThreads, 6)
     nvfp4_quantize_bf16_bulk_kernel(const __nv_bfloat16* __restrict__ x, int64_t num_groups,
                                     uint32_t* __restrict__ packed, uint8_t* __restrict__ scales) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -272,10 +338,7 @@ __global__ void __launch_bounds__(BulkConfig::kThreads)
   __shared__ __align__(128) uint8_t stage_data[C::kStages][C::kStageBytes];
   __shared__ __align__(8) uint64_t full[C::kStages];
   __shared__ float2 scale_and_reciprocal[128];
-  if (threadIdx.x < 128) {
-    const float s = e4m3_to_float_dev(static_cast<uint8_t>(threadIdx.x));
-    scale_and_reciprocal[threadIdx.x] = make_float2(s, __frcp_rn(s));
-  }
+  if (threadIdx.x < 128) scale_and_reciprocal[threadIdx.x] = bf16_group_table_entry(threadIdx.x);
   const int64_t num_chunks = (num_groups + C::kThreads - 1) / C::kThreads;
   auto issue = [&](int64_t chunk, int stage) {  // thread 0 only
     const int64_t first = chunk * C::kThreads;
@@ -302,35 +365,49 @@ __global__ void __launch_bounds__(BulkConfig::kThreads)
       if (chunk < num_chunks) issue(chunk, s);
     }
   }
-  for (int64_t it = 0;; ++it) {
-    const int64_t chunk = blockIdx.x + it * gridDim.x;
-    if (chunk >= num_chunks) break;
-    const int stage = static_cast<int>(it % C::kStages);
-    const uint32_t parity = static_cast<uint32_t>((it / C::kStages) & 1);
-    const uint32_t bar = smem_u32(&full[stage]);
-    asm volatile(
-        "{\n.reg .pred done;\nwait_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra wait_%=;\n}\n" ::"r"(bar), "r"(parity)
-        : "memory");
-    const int64_t g = chunk * C::kThreads + threadIdx.x;
-    if (g < num_groups) {
+  // The ring is walked one pass (kStages chunks) at a time, unrolled, so every stage address is a constant
+  // offset; the mbarrier phase flips once per pass. Loop state is incremental: the chunk, this thread's output
+  // pointers and `left` = num_groups - this thread's group index (> 0: the group exists).
+  int64_t chunk = blockIdx.x;
+  const int64_t chunk_step = gridDim.x;
+  const int64_t group_step = chunk_step * C::kThreads;
+  int64_t left = num_groups - chunk * C::kThreads - threadIdx.x;
+  uint2* out = reinterpret_cast<uint2*>(packed) + (num_groups - left);
+  uint8_t* out_scale = scales + (num_groups - left);
+  for (uint32_t parity = 0;; parity ^= 1u) {
+#pragma unroll
+    for (int stage = 0; stage < C::kStages; ++stage) {
+      if (chunk >= num_chunks) return;  // block-uniform
+      const uint32_t bar = smem_u32(&full[stage]);
+      asm volatile(
+          "{\n.reg .pred done;\nwait_%=:\n"
+          "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+          "@!done bra wait_%=;\n}\n" ::"r"(bar), "r"(parity)
+          : "memory");
+      // Every thread encodes (past the end of the last chunk it reads stale stage bytes: harmless, no traps);
+      // only existing groups are stored.
       const uint4* src = reinterpret_cast<const uint4*>(stage_data[stage] + threadIdx.x * kGroup * 2);
       const uint4 lo = src[0], hi = src[1];
       const uint32_t raw[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
       uint32_t words[2];
       uint8_t scale_bits;
       quantize_bf16_group(raw, scale_and_reciprocal, words, scale_bits);
-      __stcs(reinterpret_cast<uint2*>(packed) + g, make_uint2(words[0], words[1]));
-      scales[g] = scale_bits;
-    }
-    __syncthreads();  // the stage is consumed
-    if (threadIdx.x == 0) {
-      const int64_t next = chunk + int64_t(C::kStages) * gridDim.x;
-      if (next < num_chunks) {
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic reads before the async write
-        issue(next, stage);
+      if (left > 0) {
+        __stcs(out, make_uint2(words[0], words[1]));
+        *out_scale = scale_bits;
       }
+      __syncthreads();  // the stage is consumed
+      if (threadIdx.x == 0) {
+        const int64_t next = chunk + int64_t(C::kStages) * chunk_step;
+        if (next < num_chunks) {
+          asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic reads before the async write
+          issue(next, stage);
+        }
+      }
+      chunk += chunk_step;
+      left -= group_step;
+      out += group_step;
+      out_scale += group_step;
     }
   }
 #endif
