@@ -71,7 +71,8 @@ LaunchStatus launch_split(const SparseDecodeArgs& a, cudaStream_t stream) {
   const int group = a.q_heads / a.kv_heads;
   const int blocks = (group + split::Cfg::kRows - 1) / split::Cfg::kRows;
   const int units = a.tokens * a.kv_heads * blocks;
-  const int splits = choose_splits(a, units, device.sms, resident_ctas<kKv>(reinterpret_cast<const void*>(kernel), kSmem));
+  const int per_sm = resident_ctas<kKv>(reinterpret_cast<const void*>(kernel), kSmem);
+  const int splits = choose_splits(a, units, device.sms, per_sm);
 
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(a.tokens) * splits, a.kv_heads, blocks);

@@ -2,10 +2,10 @@
 // straight into each thread's MMA fragments. No torch includes.
 //
 // Grid: x = token * splits + split (a cluster of `splits` CTAs per token), y = KV head, z = block of 16 query
-// heads. A CTA walks the TopK slots [split * per, split * per + per) of its token's row: the slots' visible
-// keys form a list of 16-key chunks (8 per history page, fewer on the local page), dealt round-robin to its
-// 4 warps. Each warp keeps its own online softmax over its chunks; the warps merge in shared memory, then the
-// CTAs of the cluster merge through distributed shared memory (the LSE-weighted combine, no workspace and no
+// heads. A CTA walks the TopK slots split, split + splits, ... of its token's row (interleaved: short rows end
+// in -1 padding): the slots' visible keys form a list of 16-key chunks (8 per history page, fewer on the local
+// page), dealt round-robin to its 4 warps. Each warp keeps its own online softmax over its chunks; the warps
+// merge in shared memory, then the CTAs of the cluster merge through distributed shared memory (the LSE-weighted combine, no workspace and no
 // second launch) and each CTA writes 1/splits of the output.
 //
 // Per 16-key chunk a thread loads, with cp.async into a private slot of a per-warp ring of kStages chunks,
@@ -184,8 +184,8 @@ __device__ __forceinline__ int dim_of_column(int j, int c) {
 
 // ---- the chunk list of a CTA ---------------------------------------------------------------------------
 
-// Lane l describes slot first + l * step of the token's TopK row: its physical page, visible keys and chunk count, and
-// the inclusive prefix of chunk counts over the lanes.
+// Lane l describes slot first + l * step of the token's TopK row: its physical page, visible keys and chunk
+// count, and the prefix of chunk counts over the lanes.
 struct SlotList {
   int64_t physical;
   int visible, first, total;  // first: chunks before this lane's slot; total: chunks of the CTA
@@ -199,7 +199,8 @@ __device__ __forceinline__ SlotList make_slot_list(const SparseDecodeArgs& a, in
   int64_t physical = 0;
   bool broken = false;
   if (lane < n_slots) {
-    const int page = a.topk[hk * a.topk_stride_h + int64_t(t) * a.topk_stride_t + int64_t(first + lane * step) * a.topk_stride_k];
+    const int page = a.topk[hk * a.topk_stride_h + int64_t(t) * a.topk_stride_t +
+                            int64_t(first + lane * step) * a.topk_stride_k];
     if (page >= 0 && page <= local) {
       const int32_t p = page < a.max_pages ? a.page_table[int64_t(b) * a.page_table_stride + page] : -1;
       if (p < 0 || p >= a.physical_pages) {
@@ -261,7 +262,7 @@ __device__ __forceinline__ PieceOffsets<kKv> piece_offsets(const SparseDecodeArg
   PieceOffsets<kKv> o;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    o.k[i] = (g8 + 8 * i) * kstride + (kKv == KvKind::kNvfp4 ? 16 * quad : 16 * quad);
+    o.k[i] = (g8 + 8 * i) * kstride + 16 * quad;  // NVFP4: the piece; E4M3 / BF16: piece 0 (+64 p)
     o.ks[i] = (g8 + 8 * i) * static_cast<int32_t>(a.ks_stride_token) + 4 * (quad >> 1);
   }
   const int vkeys[4] = {2 * quad, 2 * quad + 1, 2 * quad + 8, 2 * quad + 9};
@@ -403,8 +404,9 @@ __device__ __forceinline__ void value_fragments(const uint8_t* stage, const uint
     } else {
 #pragma unroll
       for (int p = 0; p < 2; ++p) {  // dims 64 p + 8 g + [0, 8)
-        const uint4 c0 = *reinterpret_cast<const uint4*>(stage + F::kVOff + ((2 * pair * 2 + p) * 32 + lane) * 16);
-        const uint4 c1 = *reinterpret_cast<const uint4*>(stage + F::kVOff + (((2 * pair + 1) * 2 + p) * 32 + lane) * 16);
+        const uint8_t* v = stage + F::kVOff;  // key i, piece p at ((2 i + p) * 32 + lane) * 16
+        const uint4 c0 = *reinterpret_cast<const uint4*>(v + ((2 * (2 * pair) + p) * 32 + lane) * 16);
+        const uint4 c1 = *reinterpret_cast<const uint4*>(v + ((2 * (2 * pair + 1) + p) * 32 + lane) * 16);
         const uint32_t w0[4] = {c0.x, c0.y, c0.z, c0.w}, w1[4] = {c1.x, c1.y, c1.z, c1.w};
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
