@@ -245,14 +245,17 @@ def test_views(device, kv_format):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("kernel", ["splits1", "splits2", "splits4", "splits8", "v1"])
+@pytest.mark.parametrize("kernel", ["splits1", "splits2", "splits4", "splits8", "v1", "lean"])
 @pytest.mark.parametrize("kv_format", KV_FORMATS)
 def test_split_variants(device, kernel, kv_format, monkeypatch):
     # The CUDA op splits each token's TopK row over a cluster of 1, 2, 4 or 8 CTAs (chosen from the shapes) and
-    # merges the parts by their LSE; MSA_SPARSE_DECODE_SPLITS forces a split count and MSA_SPARSE_DECODE_KERNEL=1
-    # the unsplit v1 kernel (both read at every call). The CPU op ignores them: its run is the same case's twin.
+    # merges the parts by their LSE; MSA_SPARSE_DECODE_SPLITS forces a split count, MSA_SPARSE_DECODE_KERNEL=1
+    # the unsplit v1 kernel and MSA_SPARSE_DECODE_LEAN=1 the leaner ring (all read at every call). The CPU op
+    # ignores them: its run is the same case's twin.
     if kernel == "v1":
         monkeypatch.setenv("MSA_SPARSE_DECODE_KERNEL", "1")
+    elif kernel == "lean":  # one ring stage less, more CTAs per SM
+        monkeypatch.setenv("MSA_SPARSE_DECODE_LEAN", "1")
     else:
         monkeypatch.setenv("MSA_SPARSE_DECODE_SPLITS", kernel.removeprefix("splits"))
     # GQA 16 with one 16-row block, GQA 32 (two blocks), GQA 8 (half a block); a row of 64 pages (at least two

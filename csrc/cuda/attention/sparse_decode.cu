@@ -5,7 +5,8 @@
 // 16 query heads). `splits` comes from host-known shapes only (never from device data): the smallest power of
 // two <= 8 that gives at least one full wave of resident CTAs, and at least ceil(W / 32) (a CTA walks <= 32
 // TopK slots). Knobs for benchmarks and tests: MSA_SPARSE_DECODE_SPLITS=1|2|4|8 forces the split count (raised
-// to ceil(W / 32) when lower); MSA_SPARSE_DECODE_KERNEL=1 selects the v1 kernel (one CTA per token, no split).
+// to ceil(W / 32) when lower); MSA_SPARSE_DECODE_KERNEL=1 selects the v1 kernel (one CTA per token, no split);
+// MSA_SPARSE_DECODE_LEAN=1 the split kernel with one ring stage less and more CTAs per SM (split::Shape).
 #include <algorithm>
 #include <atomic>
 
@@ -33,7 +34,7 @@ LaunchStatus launch_v1(const SparseDecodeArgs& a, cudaStream_t stream) {
 }
 
 // Resident CTAs per SM of a kernel (the occupancy API, asked once per kernel; one GPU model per process assumed).
-template <KvKind kKv>
+template <KvKind kKv, bool kLean>
 int resident_ctas(const void* kernel, int smem) {
   static std::atomic<int> cached{0};
   int n = cached.load(std::memory_order_relaxed);
@@ -59,10 +60,11 @@ int choose_splits(const SparseDecodeArgs& a, int units, int sms, int ctas_per_sm
   return splits;
 }
 
-template <KvKind kKv>
+template <KvKind kKv, bool kLean>
 LaunchStatus launch_split(const SparseDecodeArgs& a, cudaStream_t stream) {
-  auto kernel = split::sparse_decode_split_kernel<kKv>;
-  constexpr int kSmem = split::Layout<kKv>::kSmemBytes;
+  using S = split::Shape<kKv, kLean>;
+  auto kernel = split::sparse_decode_split_kernel<kKv, S::kStages, S::kMinBlocks>;
+  constexpr int kSmem = split::Layout<kKv, S::kStages>::kSmemBytes;
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel), kSmem);
   if (!ready.is_ok()) return ready;
   msa::cuda::DeviceInfo device;
@@ -71,7 +73,7 @@ LaunchStatus launch_split(const SparseDecodeArgs& a, cudaStream_t stream) {
   const int group = a.q_heads / a.kv_heads;
   const int blocks = (group + split::Cfg::kRows - 1) / split::Cfg::kRows;
   const int units = a.tokens * a.kv_heads * blocks;
-  const int per_sm = resident_ctas<kKv>(reinterpret_cast<const void*>(kernel), kSmem);
+  const int per_sm = resident_ctas<kKv, kLean>(reinterpret_cast<const void*>(kernel), kSmem);
   const int splits = choose_splits(a, units, device.sms, per_sm);
 
   cudaLaunchConfig_t config = {};
@@ -101,7 +103,8 @@ LaunchStatus launch_kind(const SparseDecodeArgs& a, cudaStream_t stream) {
   if (widest > (int64_t(1) << 24) || msa::cuda::env_choice("MSA_SPARSE_DECODE_KERNEL", {1, 2}, 2) == 1) {
     return launch_v1<kKv>(a, stream);
   }
-  return launch_split<kKv>(a, stream);
+  if (msa::cuda::env_choice("MSA_SPARSE_DECODE_LEAN", {0, 1}, 0) == 1) return launch_split<kKv, true>(a, stream);
+  return launch_split<kKv, false>(a, stream);
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 // merge in shared memory, then the CTAs of the cluster merge through distributed shared memory (the LSE-weighted combine, no workspace and no
 // second launch) and each CTA writes 1/splits of the output.
 //
-// Per 16-key chunk a thread loads, with cp.async into a private slot of a per-warp ring of kStages chunks,
+// Per 16-key chunk a thread loads, with cp.async into a private slot of a per-warp ring of chunks (Shape),
 // exactly the bytes of its own MMA fragments (each byte of K/V is loaded by one thread, once):
 //   S = Q K^T: mma.sync m16n8k16, A = 16 query heads x 128 dims (registers, whole CTA), B = the chunk's keys
 //     as two n-tiles of 8. The dims are permuted (as in the indexer): thread `quad` owns 32 dims of every key
@@ -56,7 +56,6 @@ struct Fmt;
 
 template <>
 struct Fmt<KvKind::kNvfp4> {
-  static constexpr int kStages = 4;
   static constexpr int kKOff = 0;                      // K codes: 2 keys x 16 B
   static constexpr int kVOff = kKOff + 2 * 32 * 16;    // V codes: 4 keys x 8 B
   static constexpr int kKsOff = kVOff + 4 * 32 * 8;    // K scales: 2 keys x 4 B (2 used)
@@ -67,7 +66,6 @@ struct Fmt<KvKind::kNvfp4> {
 
 template <>
 struct Fmt<KvKind::kE4M3> {
-  static constexpr int kStages = 4;
   static constexpr int kKOff = 0;                      // K: 2 keys x 32 B
   static constexpr int kVOff = kKOff + 4 * 32 * 16;    // V: 4 keys x 16 B
   static constexpr int kStageBytes = kVOff + 4 * 32 * 16;
@@ -76,17 +74,25 @@ struct Fmt<KvKind::kE4M3> {
 
 template <>
 struct Fmt<KvKind::kBF16> {
-  static constexpr int kStages = 3;
   static constexpr int kKOff = 0;                      // K: 2 keys x 64 B
   static constexpr int kVOff = kKOff + 8 * 32 * 16;    // V: 4 keys x 32 B
   static constexpr int kStageBytes = kVOff + 8 * 32 * 16;
   static constexpr int kElem = 2;
 };
 
-template <KvKind kKv>
+// Ring depth (16-key chunks per warp) and the CTAs per SM the registers are budgeted for. Default: the measured
+// configuration (3 CTAs per SM; 166 registers). Lean (knob MSA_SPARSE_DECODE_LEAN=1, an experiment): one stage
+// less so that more CTAs fit (NVFP4: 4 CTAs per SM at <= 128 registers; BF16: 3 instead of 2; E4M3 unchanged).
+template <KvKind kKv, bool kLean>
+struct Shape {
+  static constexpr int kStages = kKv == KvKind::kBF16 ? (kLean ? 2 : 3) : (kLean && kKv == KvKind::kNvfp4 ? 3 : 4);
+  static constexpr int kMinBlocks = kLean && kKv == KvKind::kNvfp4 ? 4 : 3;
+};
+
+template <KvKind kKv, int kStages>
 struct Layout {
   using F = Fmt<kKv>;
-  static constexpr int kSlab = F::kStages * F::kStageBytes;  // per warp; reused for its fp32 O tile at the end
+  static constexpr int kSlab = kStages * F::kStageBytes;  // per warp; reused for its fp32 O tile at the end
   static_assert(kSlab >= Cfg::kRows * Cfg::kORow * 4, "a warp's ring must hold its O tile for the merge");
   static constexpr int kTablesOff = Cfg::kWarps * kSlab;
   static constexpr int kTablesBytes = kKv == KvKind::kNvfp4 ? 256 * 8 : 0;
@@ -426,10 +432,11 @@ __device__ __forceinline__ int dim_of_position(int p) {
 
 // ---- the kernel ----------------------------------------------------------------------------------------
 
-template <KvKind kKv>
-__global__ void __launch_bounds__(Cfg::kThreads, 3) sparse_decode_split_kernel(const SparseDecodeArgs a, int splits) {
+template <KvKind kKv, int kStages, int kMinBlocks>
+__global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
+    sparse_decode_split_kernel(const SparseDecodeArgs a, int splits) {
   using F = Fmt<kKv>;
-  using L = Layout<kKv>;
+  using L = Layout<kKv, kStages>;
   constexpr bool kBF16 = kKv == KvKind::kBF16;
   extern __shared__ __align__(16) uint8_t smem[];
   uint2* tables = reinterpret_cast<uint2*>(smem + L::kTablesOff);
@@ -460,7 +467,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 3) sparse_decode_split_kernel(c
   const uint32_t ring_addr = smem_addr(ring);
   const PieceOffsets<kKv> off = piece_offsets<kKv>(a);
 #pragma unroll
-  for (int i = 0; i < F::kStages - 1; ++i) {
+  for (int i = 0; i < kStages - 1; ++i) {
     if (i < mine) {
       issue_chunk<kKv>(a, hk, chunk_ref(slots, warp + Cfg::kWarps * i), off, ring_addr + i * F::kStageBytes);
     }
@@ -510,15 +517,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 3) sparse_decode_split_kernel(c
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
 
   for (int i = 0; i < mine; ++i) {
-    const int ahead = i + F::kStages - 1;
+    const int ahead = i + kStages - 1;
     if (ahead < mine) {
       issue_chunk<kKv>(a, hk, chunk_ref(slots, warp + Cfg::kWarps * ahead), off,
-                       ring_addr + (ahead % F::kStages) * F::kStageBytes);
+                       ring_addr + (ahead % kStages) * F::kStageBytes);
     }
     cp_async_commit();
-    cp_async_wait<F::kStages - 1>();
+    cp_async_wait<kStages - 1>();
     const ChunkRef c = chunk_ref(slots, warp + Cfg::kWarps * i);
-    const uint8_t* stage = ring + (i % F::kStages) * F::kStageBytes;
+    const uint8_t* stage = ring + (i % kStages) * F::kStageBytes;
 
     float s[2][4];
 #pragma unroll
