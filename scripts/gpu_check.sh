@@ -50,12 +50,14 @@ if [ "$PROFILE" = 1 ] && command -v ncu > /dev/null; then
     local name=$1 regex=$2; shift 2
     step "ncu_$name" "ncu_$name.log" ncu --clock-control none -k "regex:$regex" --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
-      --section LaunchStats "$@"
+      --section LaunchStats --section SourceCounters "$@"
   }
   ncu_one index_scores index_scores python3 bench/bench_index_decode.py --keys nvfp4 --heads 4 --cases 128:200000 --no-corner
   ncu_one topk_select topk_select python3 bench/bench_index_decode.py --keys nvfp4 --heads 4 --cases 128:200000 --no-corner
   ncu_one quantize nvfp4_quantize python3 bench/bench_nvfp4.py --ops quantize --sizes 1GiB
   ncu_one sparse_decode sparse_decode python3 bench/bench_sparse_decode.py --kv nvfp4 --geometry 64/4 --cases 1:32000
+  ncu_one sparse_decode_fp8_large sparse_decode python3 bench/bench_sparse_decode.py --kv fp8 --geometry 64/4 \
+    --cases 128:200000 --no-sdpa
 fi
 
 echo "==== device ===="; cat "$OUT/device.txt"
