@@ -20,6 +20,7 @@
 #include <cuda_fp16.h>
 
 #include "cuda/attention/sparse_decode_launch.h"
+#include "cuda/common/mma.cuh"
 #include "cuda/common/nvfp4.cuh"
 
 namespace msa::attention {
@@ -46,27 +47,6 @@ struct AttnTraits {
   static constexpr int kSmemBytes = AttnConfig::kRows * kQRow + AttnConfig::kWarps * kWarpSlab +
                                     AttnConfig::kWarps * AttnConfig::kRows * 2 * 4;
 };
-
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row_address) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row_address));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
 
 __device__ __forceinline__ uint32_t lds32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
@@ -260,9 +240,9 @@ __global__ void __launch_bounds__(AttnConfig::kThreads) sparse_decode_kernel(con
         for (int st = 0; st < kKSteps; ++st) {
           const int kbyte = st * 32 + quad * 4;
           if constexpr (Tr::kBF16) {
-            mma_bf16(s[n], qfrag[st], lds32(krow + kbyte), lds32(krow + kbyte + 16));
+            msa::cuda::mma_m16n8k16<true>(s[n], qfrag[st], lds32(krow + kbyte), lds32(krow + kbyte + 16));
           } else {
-            mma_e4m3(s[n], qfrag[st], lds32(krow + kbyte), lds32(krow + kbyte + 16));
+            msa::cuda::mma_e4m3_m16n8k32(s[n], qfrag[st], lds32(krow + kbyte), lds32(krow + kbyte + 16));
           }
         }
       }
@@ -313,9 +293,9 @@ __global__ void __launch_bounds__(AttnConfig::kThreads) sparse_decode_kernel(con
           const int vkey = 16 * ks + (lane & 7) + ((lane >> 3) & 1) * 8;
           const int vdim = 8 * (n + (lane >> 4));
           uint32_t vfrag[4];
-          ldmatrix_x4_trans(vfrag, v_slab + vkey * C::kVRow + vdim * 2);
-          mma_bf16(o[n], pfrag, vfrag[0], vfrag[1]);
-          mma_bf16(o[n + 1], pfrag, vfrag[2], vfrag[3]);
+          msa::cuda::ldmatrix_x4_trans(vfrag, msa::cuda::smem_u32(v_slab + vkey * C::kVRow + vdim * 2));
+          msa::cuda::mma_m16n8k16<true>(o[n], pfrag, vfrag[0], vfrag[1]);
+          msa::cuda::mma_m16n8k16<true>(o[n + 1], pfrag, vfrag[2], vfrag[3]);
         }
       }
     }

@@ -30,6 +30,7 @@
 #include <cuda_fp16.h>
 
 #include "cuda/attention/sparse_decode_launch.h"
+#include "cuda/common/mma.cuh"
 #include "cuda/common/nvfp4.cuh"
 #include "cuda/index/index_stream_kernels.cuh"  // the Q8KV4 decode: fill_product_tables, e2m1x8_to_e4m3x8
 
@@ -105,46 +106,14 @@ struct Layout {
 
 // ---- small device helpers ------------------------------------------------------------------------------
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+using msa::cuda::cp_async16;
+using msa::cuda::cp_async4;
+using msa::cuda::cp_async8;
+using msa::cuda::cp_async_commit;
+using msa::cuda::cp_async_wait;
 
-// cp.async with zero fill: a dead key (past the visible end of the local page) lands as zeros, so garbage
-// (even NaN) in the unwritten tail of a page never reaches P V.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool live) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async8(uint32_t dst, const void* src, bool live) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 8 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool live) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 4 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-template <bool kBF16>
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (kBF16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
+// The dead-key rule: a key past the visible end of the local page is loaded with zero fill, so garbage (even
+// NaN) in the unwritten tail of a page never reaches P V.
 
 template <bool kBF16>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -464,7 +433,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
   const int mine = slots.total > warp ? (slots.total - warp + Cfg::kWarps - 1) / Cfg::kWarps : 0;
 
   uint8_t* ring = smem + warp * L::kSlab;
-  const uint32_t ring_addr = smem_addr(ring);
+  const uint32_t ring_addr = msa::cuda::smem_u32(ring);
   const PieceOffsets<kKv> off = piece_offsets<kKv>(a);
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
@@ -536,8 +505,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
       s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
       for (int k = 0; k < 8; k += 2) {
-        mma16816<kBF16>(s[n], qa[k], kb[k][0], kb[k][1]);
-        mma16816<kBF16>(s2, qa[k + 1], kb[k + 1][0], kb[k + 1][1]);
+        msa::cuda::mma_m16n8k16<kBF16>(s[n], qa[k], kb[k][0], kb[k][1]);
+        msa::cuda::mma_m16n8k16<kBF16>(s2, qa[k + 1], kb[k + 1][0], kb[k + 1][1]);
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[n][e] += s2[e];
@@ -588,7 +557,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
     uint32_t vb[16][2];
     value_fragments<kKv>(stage, tables, vb);
 #pragma unroll
-    for (int j = 0; j < 16; ++j) mma16816<kBF16>(o[j], pa, vb[j][0], vb[j][1]);
+    for (int j = 0; j < 16; ++j) msa::cuda::mma_m16n8k16<kBF16>(o[j], pa, vb[j][0], vb[j][1]);
   }
   cp_async_wait<0>();
 #pragma unroll

@@ -19,6 +19,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cuda/common/mma.cuh"
 #include "cuda/common/nvfp4.cuh"
 #include "cuda/index/index_launch.h"
 
@@ -42,14 +43,6 @@ struct ScoreTraits {
   static constexpr int kSmemBytes = (ScoreConfig::kPage + ScoreConfig::kMaxRows) * kRowBytes +
                                     (ScoreConfig::kThreads / 32) * ScoreConfig::kMaxRows * 4;
 };
-
-__device__ __forceinline__ void mma_bf16_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 __device__ __forceinline__ uint32_t lds32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
@@ -162,7 +155,7 @@ __global__ void __launch_bounds__(ScoreConfig::kThreads) index_scores_kernel(con
                                      lds32(q_row + 8 * Tr::kRowBytes + kbyte + kHalfK)};
 #pragma unroll
           for (int n = 0; n < 2; ++n) {
-            mma_bf16_16x8x16(acc[m][n], afrag, bfrag[n]);
+            msa::cuda::mma_m16n8k16<true>(acc[m][n], afrag, bfrag[n][0], bfrag[n][1]);
           }
         }
       }

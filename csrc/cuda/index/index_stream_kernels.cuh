@@ -22,6 +22,7 @@
 
 #include <cuda_fp16.h>
 
+#include "cuda/common/mma.cuh"
 #include "cuda/common/nvfp4.cuh"
 #include "cuda/index/index_launch.h"
 
@@ -124,14 +125,6 @@ __device__ __forceinline__ uint32_t e4m3_hi_to_f16x2(uint32_t w) {
   uint32_t out;
   asm("{.reg .b16 l, h; mov.b32 {l, h}, %1; cvt.rn.f16x2.e4m3x2 %0, h;}" : "=r"(out) : "r"(w));
   return out;
-}
-
-__device__ __forceinline__ void mma_e4m3_k32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // The A fragments (4 k-steps x 4 registers) of one slice: keys g (a0, a2) and g + 8 (a1, a3).
@@ -279,7 +272,7 @@ __global__ void __launch_bounds__(StreamConfig::kThreads) index_scores_stream_ke
 #pragma unroll
         for (int s = 0; s < 4; ++s)
 #pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt) mma_e4m3_k32(acc[nt], frag[s], qf[nt][2 * s], qf[nt][2 * s + 1]);
+          for (int nt = 0; nt < kNTiles; ++nt) msa::cuda::mma_e4m3_m16n8k32(acc[nt], frag[s], qf[nt][2 * s], qf[nt][2 * s + 1]);
         // acc[nt]: (key g, row 8 nt + 2 quad), (key g, +1), (key g + 8, row 8 nt + 2 quad), (key g + 8, +1).
         if (!masked) {
 #pragma unroll

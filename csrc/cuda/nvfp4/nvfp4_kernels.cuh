@@ -14,6 +14,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cuda/common/mma.cuh"
 #include "cuda/common/nvfp4.cuh"
 
 namespace msa::nvfp4 {
@@ -326,9 +327,7 @@ struct BulkConfig {
   static constexpr int kStageBytes = kThreads * kGroup * 2;  // one bf16 group per thread
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+using msa::cuda::smem_u32;
 
 __global__ void __launch_bounds__(BulkConfig::kThreads, 6)
     nvfp4_quantize_bf16_bulk_kernel(const __nv_bfloat16* __restrict__ x, int64_t num_groups,
