@@ -12,7 +12,7 @@ when the context is short: ``msa_ops.testing.paged.random_topk_rows``); physical
 permutation; q and the caches are random normal data quantized to the formats.
 
 Per case: µs per op call (median, p10, p90; SPEC §7 CUDA-graph protocol with rotated inputs and preallocated
-``out`` (and ``lse``, ``workspace``), so the call allocates nothing), the bytes model (the distinct (request,
+``out`` (and ``lse``), so the call allocates nothing), the bytes model (the distinct (request,
 physical page, KV head) K+V bytes the step must read, computed on the host from the TopK rows, + q + out
 (+ lse)), effective TB/s, MBU = bytes / time / measured copy bandwidth, and the speedup over dense BF16
 attention on the same context two ways: torch's scaled_dot_product_attention timed the same way, and the
@@ -171,13 +171,6 @@ class Plan:
         return 4 * HEAD_DIM * group * sum(s.visible_keys for s in self.stats) / len(self.stats)
 
 
-def workspace_bytes(case: Case, plan: Plan) -> int | None:
-    """The split-KV workspace ``msa_ops.sparse_decode`` needs: none (the CUDA kernel merges the splits of a
-    token in a thread-block cluster's shared memory), so every call gets ``workspace=None`` and still allocates
-    nothing. Kept as the one place to change should a kernel ever need scratch memory."""
-    return None
-
-
 def make_plan(case: Case, seed: int, lse: bool) -> tuple[Plan, torch.Generator]:
     """The plan of set 0 (more sets: :func:`extend_plan`) and the CPU generator that made it."""
     lens = official_decode_lengths(case.batch, case.nominal)
@@ -202,11 +195,11 @@ def extend_plan(case: Case, plan: Plan, rotations: int, gen: torch.Generator) ->
         plan.stats.append(row_stats(rows, plan.lens, plan.pos, plan.width))
 
 
-def set_bytes(case: Case, plan: Plan, pool_pages: float, ws: int | None) -> float:
+def set_bytes(case: Case, plan: Plan, pool_pages: float) -> float:
     """Device memory of one input set: its pool pages (every head, K + V) + q + out (+ lse) + TopK + page table
-    + seq_lens (+ workspace)."""
+    + seq_lens."""
     return (pool_pages * case.kv_heads * PAGE_SIZE * plan.token_head_bytes + plan.q_bytes + plan.out_bytes +
-            plan.lse_bytes + case.kv_heads * case.tokens * TOPK * 4 + case.batch * (plan.width + 1) * 4 + (ws or 0))
+            plan.lse_bytes + case.kv_heads * case.tokens * TOPK * 4 + case.batch * (plan.width + 1) * 4)
 
 
 # ------------------------------------------------------------------------------------------------- inputs
@@ -260,7 +253,7 @@ def make_page_tables(plan: Plan, total_pages: int, gen: torch.Generator) -> torc
 @dataclass
 class InputSets:
     """``rotations`` independent argument sets of one case (each with its own q, TopK rows, page table,
-    seq_lens, out, lse and workspace; the K/V pages of all sets live in one pool, on disjoint physical pages)."""
+    seq_lens, out and lse; the K/V pages of all sets live in one pool, on disjoint physical pages)."""
     k: torch.Tensor
     v: torch.Tensor
     k_scales: torch.Tensor | None
@@ -271,16 +264,14 @@ class InputSets:
     seq_lens: torch.Tensor              # [R, B]
     out: torch.Tensor                   # [R, B*Q, Hq, 128] bf16
     lse: torch.Tensor | None            # [R, B*Q, Hq] fp32
-    workspace: torch.Tensor | None      # [R, ws] uint8
 
     def args(self, i: int) -> tuple[tuple, dict]:
         return ((self.q[i], self.k, self.v, self.topk[i], self.tables[i], self.seq_lens[i]),
                 {"k_scales": self.k_scales, "v_scales": self.v_scales, "out": self.out[i],
-                 "return_lse": self.lse is not None, "lse": None if self.lse is None else self.lse[i],
-                 "workspace": None if self.workspace is None else self.workspace[i]})
+                 "return_lse": self.lse is not None, "lse": None if self.lse is None else self.lse[i]})
 
 
-def build_sets(case: Case, plan: Plan, ws: int | None, device: torch.device, seed: int) -> InputSets:
+def build_sets(case: Case, plan: Plan, device: torch.device, seed: int) -> InputSets:
     rotations = len(plan.stats)
     cpu_gen = torch.Generator().manual_seed(seed + 2)
     dev_gen = torch.Generator(device=device).manual_seed(seed + 1)
@@ -296,8 +287,7 @@ def build_sets(case: Case, plan: Plan, ws: int | None, device: torch.device, see
         seq_lens=plan.lens.to(device).repeat(rotations, 1).contiguous(),
         out=torch.full((rotations, case.tokens, case.q_heads, HEAD_DIM), nan, dtype=torch.bfloat16, device=device),
         lse=(torch.full((rotations, case.tokens, case.q_heads), nan, dtype=torch.float32, device=device)
-             if plan.lse_bytes else None),
-        workspace=None if ws is None else torch.empty((rotations, ws), dtype=torch.uint8, device=device))
+             if plan.lse_bytes else None))
 
 
 def check_output(sets: InputSets) -> str:
@@ -330,9 +320,8 @@ def run_case(case: Case, device: torch.device, l2_bytes: int | None, quick: bool
     """Time one case; returns a result row (with ``error`` set instead of timings on failure)."""
     seed = 1701 + 1009 * case.batch + case.nominal + 7919 * case.kv_heads + 104729 * case.q_heads
     plan, gen = make_plan(case, seed, lse)
-    ws = workspace_bytes(case, plan)
     rotations = rotations_for(math.ceil(plan.model_bytes), l2_bytes)   # reuse distance > 2x L2 by the bytes model
-    per_set = set_bytes(case, plan, 1.05 * plan.stats[0].referenced.numel(), ws)   # 5 %: other sets' rows differ
+    per_set = set_bytes(case, plan, 1.05 * plan.stats[0].referenced.numel())   # 5 %: other sets' rows differ
     rotations = max(2, min(rotations, int(MEMORY_BUDGET // per_set)))  # memory cap (2 sets: one alone is > 2x L2)
     extend_plan(case, plan, rotations, gen)
     row: dict[str, Any] = {
@@ -340,12 +329,12 @@ def run_case(case: Case, device: torch.device, l2_bytes: int | None, quick: bool
         "B": case.batch, "N": case.nominal, "suite": case.suite, "weight": case.weight,
         "distinct_pages": plan.distinct, "max_pages": plan.width,
         "bytes": plan.model_bytes, "kv_bytes": plan.kv_bytes, "q_bytes": plan.q_bytes, "out_bytes": plan.out_bytes,
-        "lse_bytes": plan.lse_bytes, "dense_bytes": plan.dense_bytes, "workspace_bytes": ws,
+        "lse_bytes": plan.lse_bytes, "dense_bytes": plan.dense_bytes,
         "flops": plan.flops(case.q_heads // case.kv_heads), "mb": plan.model_bytes / 1e6,
         "dense_mb": plan.dense_bytes / 1e6, "rotations": rotations}
     calls, warmup, samples = timing_plan(math.ceil(plan.model_bytes), rotations, device, quick)
     row["calls"] = calls
-    time_sets(row, msa_ops.sparse_decode, lambda: build_sets(case, plan, ws, device, seed), check_output, device,
+    time_sets(row, msa_ops.sparse_decode, lambda: build_sets(case, plan, device, seed), check_output, device,
               rotations=rotations, calls=calls, warmup=warmup, samples=samples, model_bytes=plan.model_bytes,
               flops=row["flops"])
     return row
@@ -555,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
                     if k in args.kv) +
           "; a request's last page counts only its tokens < seq_len) + q (T*Hq*128 x 1 B E4M3, 2 B BF16) + out "
           "(T*Hq*128*2 B)" + (" + lse (T*Hq*4 B)" if args.lse else "") +
-          "; not counted: TopK rows, page_table entries, seq_lens (4 B each), the split-KV workspace")
+          "; not counted: TopK rows, page_table entries, seq_lens (4 B each)")
     print("MBU = bytes model / median time / copy roofline; TB/s = bytes model / median time; TFLOP/s = 2*2*128 "
           "FLOP per (query head, visible key) / median time")
     print(f"speedup over dense BF16 attention on the same context (every request's seq_len tokens, K+V "
@@ -568,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
           "holds only the pages some row references (a seeded random permutation, disjoint per set); "
           "page_table entries of unreferenced pages are -1 (never read)")
     print(timing_protocol(cpu, "own q, TopK rows, page table, seq_lens, out" + (", lse" if args.lse else "") +
-                          ", workspace when sized; K/V on disjoint pages of one pool"))
+                          "; K/V on disjoint pages of one pool"))
 
     cases = build_cases(args, cpu)
     rows = []

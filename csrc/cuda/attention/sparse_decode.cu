@@ -8,7 +8,6 @@
 // to ceil(W / 32) when lower); MSA_SPARSE_DECODE_KERNEL=1 selects the v1 kernel (one CTA per token, no split);
 // MSA_SPARSE_DECODE_LEAN=1 the split kernel with one ring stage less and more CTAs per SM (split::Shape).
 #include <algorithm>
-#include <atomic>
 
 #include "cuda/attention/sparse_decode_kernels.cuh"
 #include "cuda/attention/sparse_decode_launch.h"
@@ -33,27 +32,14 @@ LaunchStatus launch_v1(const SparseDecodeArgs& a, cudaStream_t stream) {
   return LaunchStatus::ok();
 }
 
-// Resident CTAs per SM of a kernel (the occupancy API, asked once per kernel; one GPU model per process assumed).
-template <KvKind kKv, bool kLean>
-int resident_ctas(const void* kernel, int smem) {
-  static std::atomic<int> cached{0};
-  int n = cached.load(std::memory_order_relaxed);
-  if (n == 0) {
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, split::Cfg::kThreads, smem) != cudaSuccess || n < 1)
-      n = 1;
-    cached.store(n, std::memory_order_relaxed);
-  }
-  return n;
-}
-
-int choose_splits(const SparseDecodeArgs& a, int units, int sms, int ctas_per_sm) {
+// `wave`: CTAs of the kernel resident on the GPU at once.
+int choose_splits(const SparseDecodeArgs& a, int units, int wave) {
   const int least = (a.topk_width + split::Cfg::kMaxSlots - 1) / split::Cfg::kMaxSlots;  // <= 2 for W <= 64
   int splits = 1;
   const int forced = msa::cuda::env_choice("MSA_SPARSE_DECODE_SPLITS", {1, 2, 4, 8}, 0);
   if (forced > 0) {
     splits = forced;
   } else {
-    const int64_t wave = int64_t(sms) * ctas_per_sm;
     while (splits < split::Cfg::kMaxSplits && 2 * splits <= a.topk_width && int64_t(units) * splits < wave) splits *= 2;
   }
   while (splits < least) splits *= 2;
@@ -67,14 +53,14 @@ LaunchStatus launch_split(const SparseDecodeArgs& a, cudaStream_t stream) {
   constexpr int kSmem = split::Layout<kKv, S::kStages>::kSmemBytes;
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel), kSmem);
   if (!ready.is_ok()) return ready;
-  msa::cuda::DeviceInfo device;
-  const LaunchStatus info = msa::cuda::current_device_info(device);
-  if (!info.is_ok()) return info;
+  int wave = 0;
+  const LaunchStatus sized = msa::cuda::resident_blocks(reinterpret_cast<const void*>(kernel), split::Cfg::kThreads,
+                                                        kSmem, wave);
+  if (!sized.is_ok()) return sized;
   const int group = a.q_heads / a.kv_heads;
   const int blocks = (group + split::Cfg::kRows - 1) / split::Cfg::kRows;
   const int units = a.tokens * a.kv_heads * blocks;
-  const int per_sm = resident_ctas<kKv, kLean>(reinterpret_cast<const void*>(kernel), kSmem);
-  const int splits = choose_splits(a, units, device.sms, per_sm);
+  const int splits = choose_splits(a, units, wave);
 
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(a.tokens) * splits, a.kv_heads, blocks);

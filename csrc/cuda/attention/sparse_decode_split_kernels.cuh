@@ -126,7 +126,7 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) { return nvfp4::e4m3x2_to_f16x2(two_bytes); }
+using nvfp4::e4m3x2_to_f16x2;
 
 using index::e4m3_hi_to_f16x2;
 using index::e4m3_lo_to_f16x2;
@@ -223,18 +223,17 @@ __device__ __forceinline__ ChunkRef chunk_ref(const SlotList& s, int c) {
 // Loop-invariant byte offsets of a thread's pieces inside a 16-key chunk (key0 = 0) of one page. Dead keys
 // (past the visible end of the local page) are still inside the page, so their addresses stay valid; they
 // are loaded with src-size 0 (zero fill).
-template <KvKind kKv>
 struct PieceOffsets {
   int32_t k[2], v[4], ks[2], vs[4];
 };
 
 template <KvKind kKv>
-__device__ __forceinline__ PieceOffsets<kKv> piece_offsets(const SparseDecodeArgs& a) {
+__device__ __forceinline__ PieceOffsets piece_offsets(const SparseDecodeArgs& a) {
   using F = Fmt<kKv>;
   const int lane = threadIdx.x & 31, g8 = lane >> 2, quad = lane & 3;
   const int32_t kstride = static_cast<int32_t>(a.k_stride_token * F::kElem);
   const int32_t vstride = static_cast<int32_t>(a.v_stride_token * F::kElem);
-  PieceOffsets<kKv> o;
+  PieceOffsets o;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     o.k[i] = (g8 + 8 * i) * kstride + 16 * quad;  // NVFP4: the piece; E4M3 / BF16: piece 0 (+64 p)
@@ -251,7 +250,7 @@ __device__ __forceinline__ PieceOffsets<kKv> piece_offsets(const SparseDecodeArg
 
 template <KvKind kKv>
 __device__ __forceinline__ void issue_chunk(const SparseDecodeArgs& a, int hk, const ChunkRef& c,
-                                            const PieceOffsets<kKv>& off, uint32_t stage) {
+                                            const PieceOffsets& off, uint32_t stage) {
   using F = Fmt<kKv>;
   const int lane = threadIdx.x & 31, g8 = lane >> 2, quad = lane & 3;
   const uint8_t* kchunk = static_cast<const uint8_t*>(a.k) +
@@ -434,7 +433,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
 
   uint8_t* ring = smem + warp * L::kSlab;
   const uint32_t ring_addr = msa::cuda::smem_u32(ring);
-  const PieceOffsets<kKv> off = piece_offsets<kKv>(a);
+  const PieceOffsets off = piece_offsets<kKv>(a);
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < mine) {

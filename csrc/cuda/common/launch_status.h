@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <initializer_list>
+#include <map>
 #include <mutex>
 #include <set>
 #include <utility>
@@ -79,6 +80,27 @@ inline LaunchStatus current_device_info(DeviceInfo& info) {
     cached[device] = d;  // benign race: every writer stores the same value
   }
   info = cached[device];
+  return LaunchStatus::ok();
+}
+
+// Blocks of `kernel` resident on the current device at once (SMs x blocks per SM at `threads` threads and
+// `dynamic_smem` bytes), computed once per (kernel, device) and cached: the grid of the persistent kernels and
+// the wave size the split choices aim at. No synchronisation.
+inline LaunchStatus resident_blocks(const void* kernel, int threads, int dynamic_smem, int& blocks) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> cache;
+  DeviceInfo device;
+  const LaunchStatus known = current_device_info(device);
+  if (!known.is_ok()) return known;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find({kernel, device.device});
+  if (it == cache.end()) {
+    int per_sm = 0;
+    const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, dynamic_smem);
+    if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+    it = cache.emplace(std::make_pair(kernel, device.device), device.sms * per_sm).first;
+  }
+  blocks = it->second;
   return LaunchStatus::ok();
 }
 

@@ -175,6 +175,12 @@ __device__ __forceinline__ void slice_fragments(const SliceFetch<KeyKind::kNvfp4
   }
 }
 
+// Physical page of a logical page through one request's page-table row, or -1 when it lies outside the cache.
+__device__ __forceinline__ int64_t physical_page(const ScoreArgs& a, const int32_t* row, int page) {
+  const int32_t p = row[page];
+  return (p >= 0 && p < a.physical_pages) ? p : -1;
+}
+
 // Fills tables[0..255] (any thread count; caller synchronises).
 __device__ __forceinline__ void fill_product_tables(uint2* tables) {
   for (int sb = threadIdx.x; sb < 256; sb += blockDim.x) {
@@ -236,16 +242,12 @@ __global__ void __launch_bounds__(StreamConfig::kThreads) index_scores_stream_ke
       for (int k = 0; k < 8; ++k) qf[nt][k] = w[k];
     }
 
-    const int32_t* table = a.page_table + int64_t(b) * a.page_table_stride;
-    auto physical_of = [&](int page) -> int64_t {
-      const int32_t p = table[page];
-      return (p >= 0 && p < a.physical_pages) ? p : -1;
-    };
+    const int32_t* table = a.page_table + int64_t(b) * a.page_table_stride;  // this request's row
     const int steps = (load_end - p_begin) * C::kSlices;
     SliceFetch<kKeys> ring[kDepth];
     auto issue = [&](int s, SliceFetch<kKeys>& f) {
       if (s >= steps) return;
-      const int64_t physical = physical_of(p_begin + s / C::kSlices);
+      const int64_t physical = physical_page(a, table, p_begin + s / C::kSlices);
       if (physical >= 0) fetch_slice<kKeys>(a, physical, s % C::kSlices, g, quad, f);
     };
 #pragma unroll
@@ -291,7 +293,7 @@ __global__ void __launch_bounds__(StreamConfig::kThreads) index_scores_stream_ke
             }
         }
         if (slice == C::kSlices - 1) {  // page done: max over the 8 key groups, then lanes 0..3 store
-          const bool valid = physical_of(page) >= 0;
+          const bool valid = physical_page(a, table, page) >= 0;
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll

@@ -254,18 +254,14 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads) index_scores_wgmma_kern
         pos[nt][j] = r < rows ? max(first_row_pos + r / a.heads, -1) : -1;
       }
 
-    const int32_t* table = a.page_table + int64_t(b) * a.page_table_stride;
-    auto physical_of = [&](int page) -> int64_t {
-      const int32_t p = table[page];
-      return (p >= 0 && p < a.physical_pages) ? p : -1;
-    };
+    const int32_t* table = a.page_table + int64_t(b) * a.page_table_stride;  // this request's row
     const int steps = (load_end - p_begin) * C::kSlices;
     SliceFetch<kKeys> ring[kDepth];
     // Slice `s` of this warp: page p_begin + s / 2, keys 64 (s % 2) + 16 warp + [0, 16) (fetch_slice's
     // slice index counts 16-key slices).
     auto issue = [&](int s, SliceFetch<kKeys>& f) {
       if (s >= steps) return;
-      const int64_t physical = physical_of(p_begin + s / C::kSlices);
+      const int64_t physical = physical_page(a, table, p_begin + s / C::kSlices);
       if (physical >= 0) fetch_slice<kKeys>(a, physical, 4 * (s % C::kSlices) + warp, g, quad, f);
     };
 #pragma unroll
@@ -349,7 +345,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads) index_scores_wgmma_kern
                                             nvfp4::fmax_nan(slot[2][r], slot[3][r]));
             // Not visible (padding row, or past the row's local page): -inf; visible, bad id: NaN.
             const bool visible = first_row_pos + r / a.heads >= page * C::kPage;
-            store_row(r, page, !visible ? -INFINITY : (physical_of(page) >= 0 ? v : NAN));
+            store_row(r, page, !visible ? -INFINITY : (physical_page(a, table, page) >= 0 ? v : NAN));
           }
         }
       }

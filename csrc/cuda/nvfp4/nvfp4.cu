@@ -5,8 +5,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <initializer_list>
-#include <map>
-#include <mutex>
 #include <utility>
 #include <type_traits>
 
@@ -68,26 +66,6 @@ LaunchStatus quantize_parts(int64_t num_groups, cudaStream_t stream, const T* x,
 #undef MSA_Q
 }
 
-// Blocks of `kernel` resident on the current device at once (SMs x blocks per SM), computed once per
-// (kernel, device): the grid of the persistent variants.
-LaunchStatus resident_blocks(const void* kernel, int threads, int& blocks) {
-  static std::mutex mutex;
-  static std::map<std::pair<const void*, int>, int> cache;
-  msa::cuda::DeviceInfo device;
-  const LaunchStatus known = msa::cuda::current_device_info(device);
-  if (!known.is_ok()) return known;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find({kernel, device.device});
-  if (it == cache.end()) {
-    int per_sm = 0;
-    const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0);
-    if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
-    it = cache.emplace(std::make_pair(kernel, device.device), device.sms * per_sm).first;
-  }
-  blocks = it->second;
-  return LaunchStatus::ok();
-}
-
 // The pipelined variant: a resident grid (SMs x blocks that fit), sized once per device and kernel.
 template <int kU>
 LaunchStatus quantize_bf16_pipelined(int64_t num_groups, cudaStream_t stream, const __nv_bfloat16* x,
@@ -96,7 +74,8 @@ LaunchStatus quantize_bf16_pipelined(int64_t num_groups, cudaStream_t stream, co
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
   if (!ready.is_ok()) return ready;
   int resident = 0;
-  const LaunchStatus sized = resident_blocks(reinterpret_cast<const void*>(kernel), Nvfp4Config::kThreads, resident);
+  const LaunchStatus sized =
+      msa::cuda::resident_blocks(reinterpret_cast<const void*>(kernel), Nvfp4Config::kThreads, 0, resident);
   if (!sized.is_ok()) return sized;
   const int64_t per_block = int64_t(Nvfp4Config::kThreads) * kU;
   const int64_t needed = (num_groups + per_block - 1) / per_block;
@@ -114,7 +93,8 @@ LaunchStatus quantize_bf16_bulk(int64_t num_groups, cudaStream_t stream, const _
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
   if (!ready.is_ok()) return ready;
   int resident = 0;
-  const LaunchStatus sized = resident_blocks(reinterpret_cast<const void*>(kernel), BulkConfig::kThreads, resident);
+  const LaunchStatus sized =
+      msa::cuda::resident_blocks(reinterpret_cast<const void*>(kernel), BulkConfig::kThreads, 0, resident);
   if (!sized.is_ok()) return sized;
   const int64_t chunks = (num_groups + BulkConfig::kThreads - 1) / BulkConfig::kThreads;
   const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(chunks, resident)));
