@@ -107,6 +107,7 @@ struct Layout {
 // ---- small device helpers ------------------------------------------------------------------------------
 
 using msa::cuda::cp_async16;
+using msa::cuda::cp_async16_ca;
 using msa::cuda::cp_async4;
 using msa::cuda::cp_async8;
 using msa::cuda::cp_async_commit;
@@ -223,36 +224,94 @@ __device__ __forceinline__ ChunkRef chunk_ref(const SlotList& s, int c) {
 // Loop-invariant byte offsets of a thread's pieces inside a 16-key chunk (key0 = 0) of one page. Dead keys
 // (past the visible end of the local page) are still inside the page, so their addresses stay valid; they
 // are loaded with src-size 0 (zero fill).
-struct PieceOffsets {
+//
+// NVFP4: each thread loads its own fragment bytes. E4M3 / BF16 (whole 128-byte lines): the loads are
+// decoupled from the fragments. Load j of lane (q = lane / 8, r = lane % 8) copies bytes 16 r of line 4 j + q
+// of the chunk (K rows, then V rows; a BF16 row is two lines), so every 8 lanes of a cp.async read one whole
+// 128-byte line (one L2 request of 4 sectors; measured on the H200: fragment-shaped 32-byte pieces cost twice
+// the L2 sectors and 8x the shared-memory wavefronts). The bytes land in the slot of the lane whose fragment
+// holds them (piece_slot); the warp syncs before it reads a landed stage and before it refills one.
+template <KvKind kKv>
+struct PieceOffsets;
+
+template <>
+struct PieceOffsets<KvKind::kNvfp4> {
   int32_t k[2], v[4], ks[2], vs[4];
 };
 
 template <KvKind kKv>
-__device__ __forceinline__ PieceOffsets piece_offsets(const SparseDecodeArgs& a) {
+struct LineLoads {
+  static constexpr int kLinesPerRow = Fmt<kKv>::kElem;              // 128 dims x 1 or 2 bytes
+  static constexpr int kKPieces = 2 * kLinesPerRow;                 // 16-byte pieces of a K row per owner
+  static constexpr int kVPieces = kLinesPerRow;                     // of a V row per owner
+  static constexpr int kLoads = 2 * Cfg::kChunk * kLinesPerRow / 4;  // cp.async per lane per chunk (K, then V)
+};
+
+// Slot (16-byte unit, swizzled so that the 8 lanes of a load and of a fragment read hit distinct banks) of
+// piece `piece` of lane `owner`.
+__device__ __forceinline__ int piece_slot(int piece, int owner) {
+  return piece * 32 + (owner ^ ((owner >> 3) & 3) ^ ((piece & 1) << 2));
+}
+
+template <KvKind kKv>
+struct PieceOffsets {
+  static constexpr int kLoads = LineLoads<kKv>::kLoads;
+  int32_t src[kLoads];   // byte offset in the K (first half) or V chunk
+  uint32_t dst[kLoads];  // byte offset in the stage
+};
+
+template <KvKind kKv>
+__device__ __forceinline__ PieceOffsets<kKv> piece_offsets(const SparseDecodeArgs& a) {
   using F = Fmt<kKv>;
-  const int lane = threadIdx.x & 31, g8 = lane >> 2, quad = lane & 3;
-  const int32_t kstride = static_cast<int32_t>(a.k_stride_token * F::kElem);
-  const int32_t vstride = static_cast<int32_t>(a.v_stride_token * F::kElem);
-  PieceOffsets o;
+  const int lane = threadIdx.x & 31;
+  if constexpr (kKv == KvKind::kNvfp4) {
+    const int g8 = lane >> 2, quad = lane & 3;
+    const int32_t kstride = static_cast<int32_t>(a.k_stride_token * F::kElem);
+    const int32_t vstride = static_cast<int32_t>(a.v_stride_token * F::kElem);
+    PieceOffsets<kKv> o;
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    o.k[i] = (g8 + 8 * i) * kstride + 16 * quad;  // NVFP4: the piece; E4M3 / BF16: piece 0 (+64 p)
-    o.ks[i] = (g8 + 8 * i) * static_cast<int32_t>(a.ks_stride_token) + 4 * (quad >> 1);
-  }
-  const int vkeys[4] = {2 * quad, 2 * quad + 1, 2 * quad + 8, 2 * quad + 9};
+    for (int i = 0; i < 2; ++i) {
+      o.k[i] = (g8 + 8 * i) * kstride + 16 * quad;
+      o.ks[i] = (g8 + 8 * i) * static_cast<int32_t>(a.ks_stride_token) + 4 * (quad >> 1);
+    }
+    const int vkeys[4] = {2 * quad, 2 * quad + 1, 2 * quad + 8, 2 * quad + 9};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    o.v[i] = vkeys[i] * vstride + (kKv == KvKind::kNvfp4 ? 8 * g8 : 16 * g8);
-    o.vs[i] = vkeys[i] * static_cast<int32_t>(a.vs_stride_token) + 4 * (g8 >> 2);
+    for (int i = 0; i < 4; ++i) {
+      o.v[i] = vkeys[i] * vstride + 8 * g8;
+      o.vs[i] = vkeys[i] * static_cast<int32_t>(a.vs_stride_token) + 4 * (g8 >> 2);
+    }
+    return o;
+  } else {
+    using LL = LineLoads<kKv>;
+    const int q = lane >> 3, r = lane & 7;
+    PieceOffsets<kKv> o;
+#pragma unroll
+    for (int j = 0; j < LL::kLoads; ++j) {
+      const bool is_v = j >= LL::kLoads / 2;
+      const int line = 4 * (j % (LL::kLoads / 2)) + q;
+      const int key = line / LL::kLinesPerRow;
+      const int byte = 128 * (line % LL::kLinesPerRow) + 16 * r;  // in the row
+      int owner, piece;
+      if (!is_v) {  // K: lane 4 (key % 8) + quad owns bytes 16 quad + 64 p of key 8 i + key % 8, piece i * kKPieces + p
+        owner = 4 * (key & 7) + ((byte >> 4) & 3);
+        piece = (key >> 3) * LL::kKPieces + (byte >> 6);
+      } else {  // V: lane 4 g + quad owns bytes 16 g + 128 p of key 2 quad + (i & 1) + 8 (i >> 1), piece i * kVPieces + p
+        owner = 4 * ((byte >> 4) & 7) + ((key & 7) >> 1);
+        piece = ((key & 1) + 2 * (key >> 3)) * LL::kVPieces + (byte >> 7);
+      }
+      const int32_t stride = static_cast<int32_t>((is_v ? a.v_stride_token : a.k_stride_token) * F::kElem);
+      o.src[j] = key * stride + byte;
+      o.dst[j] = (is_v ? F::kVOff : F::kKOff) + 16 * piece_slot(piece, owner);
+    }
+    return o;
   }
-  return o;
 }
 
 template <KvKind kKv>
 __device__ __forceinline__ void issue_chunk(const SparseDecodeArgs& a, int hk, const ChunkRef& c,
-                                            const PieceOffsets& off, uint32_t stage) {
+                                            const PieceOffsets<kKv>& off, uint32_t stage) {
   using F = Fmt<kKv>;
-  const int lane = threadIdx.x & 31, g8 = lane >> 2, quad = lane & 3;
+  const int lane = threadIdx.x & 31;
   const uint8_t* kchunk = static_cast<const uint8_t*>(a.k) +
                           (c.physical * a.k_stride_page + hk * a.k_stride_head + int64_t(c.key0) * a.k_stride_token) *
                               F::kElem;
@@ -260,16 +319,17 @@ __device__ __forceinline__ void issue_chunk(const SparseDecodeArgs& a, int hk, c
                           (c.physical * a.v_stride_page + hk * a.v_stride_head + int64_t(c.key0) * a.v_stride_token) *
                               F::kElem;
   const int left = c.visible - c.key0;  // live keys of this chunk (>= 1; >= 16 unless the local page ends here)
-  const bool klive[2] = {g8 < left, g8 + 8 < left};
-  const bool vlive[4] = {2 * quad < left, 2 * quad + 1 < left, 2 * quad + 8 < left, 2 * quad + 9 < left};
   if constexpr (kKv == KvKind::kNvfp4) {
+    const int g8 = lane >> 2, quad = lane & 3;
+    const bool klive[2] = {g8 < left, g8 + 8 < left};
+    const bool vlive[4] = {2 * quad < left, 2 * quad + 1 < left, 2 * quad + 8 < left, 2 * quad + 9 < left};
     const uint8_t* kschunk = a.k_scales + c.physical * a.ks_stride_page + hk * a.ks_stride_head +
                              int64_t(c.key0) * a.ks_stride_token;
     const uint8_t* vschunk = a.v_scales + c.physical * a.vs_stride_page + hk * a.vs_stride_head +
                              int64_t(c.key0) * a.vs_stride_token;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      cp_async16(stage + F::kKOff + (i * 32 + lane) * 16, kchunk + off.k[i], klive[i]);
+      cp_async16_ca(stage + F::kKOff + (i * 32 + lane) * 16, kchunk + off.k[i], klive[i]);
       cp_async4(stage + F::kKsOff + (i * 32 + lane) * 4, kschunk + off.ks[i], klive[i]);
     }
 #pragma unroll
@@ -278,19 +338,13 @@ __device__ __forceinline__ void issue_chunk(const SparseDecodeArgs& a, int hk, c
       cp_async4(stage + F::kVsOff + (i * 32 + lane) * 4, vschunk + off.vs[i], vlive[i]);
     }
   } else {
-    constexpr int kKPieces = kKv == KvKind::kBF16 ? 4 : 2;  // 16-byte pieces per key: K (32 dims), V (16 dims)
-    constexpr int kVPieces = kKPieces / 2;
+    using LL = LineLoads<kKv>;
+    const int q = lane >> 3;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-#pragma unroll
-      for (int p = 0; p < kKPieces; ++p)  // off.k = row + 16 quad; piece p adds 64 p
-        cp_async16(stage + F::kKOff + ((i * kKPieces + p) * 32 + lane) * 16, kchunk + off.k[i] + 64 * p, klive[i]);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-#pragma unroll
-      for (int p = 0; p < kVPieces; ++p)  // off.v = row + 16 g; piece p adds 128 p (BF16)
-        cp_async16(stage + F::kVOff + ((i * kVPieces + p) * 32 + lane) * 16, vchunk + off.v[i] + 128 * p, vlive[i]);
+    for (int j = 0; j < LL::kLoads; ++j) {
+      const bool is_v = j >= LL::kLoads / 2;
+      const int key = (4 * (j % (LL::kLoads / 2)) + q) / LL::kLinesPerRow;
+      cp_async16_ca(stage + off.dst[j], (is_v ? vchunk : kchunk) + off.src[j], key < left);
     }
   }
 }
@@ -319,7 +373,7 @@ __device__ __forceinline__ void key_fragments(const uint8_t* stage, const uint2*
   } else if constexpr (kKv == KvKind::kE4M3) {
 #pragma unroll
     for (int p = 0; p < 2; ++p) {
-      const uint4 c = *reinterpret_cast<const uint4*>(stage + F::kKOff + ((i * 2 + p) * 32 + lane) * 16);
+      const uint4 c = *reinterpret_cast<const uint4*>(stage + F::kKOff + 16 * piece_slot(i * 2 + p, lane));
       const uint32_t words[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
@@ -330,7 +384,7 @@ __device__ __forceinline__ void key_fragments(const uint8_t* stage, const uint2*
   } else {
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
-      const uint4 c = *reinterpret_cast<const uint4*>(stage + F::kKOff + ((i * 4 + p) * 32 + lane) * 16);
+      const uint4 c = *reinterpret_cast<const uint4*>(stage + F::kKOff + 16 * piece_slot(i * 4 + p, lane));
       kb[2 * p][0] = c.x, kb[2 * p][1] = c.y;
       kb[2 * p + 1][0] = c.z, kb[2 * p + 1][1] = c.w;
     }
@@ -369,8 +423,8 @@ __device__ __forceinline__ void value_fragments(const uint8_t* stage, const uint
 #pragma unroll
       for (int w = 0; w < 4; ++w) pair_e4m3(e[0][w], e[1][w], vb, 4 * w, pair);
     } else if constexpr (kKv == KvKind::kE4M3) {
-      const uint4 c0 = *reinterpret_cast<const uint4*>(stage + F::kVOff + ((2 * pair) * 32 + lane) * 16);
-      const uint4 c1 = *reinterpret_cast<const uint4*>(stage + F::kVOff + ((2 * pair + 1) * 32 + lane) * 16);
+      const uint4 c0 = *reinterpret_cast<const uint4*>(stage + F::kVOff + 16 * piece_slot(2 * pair, lane));
+      const uint4 c1 = *reinterpret_cast<const uint4*>(stage + F::kVOff + 16 * piece_slot(2 * pair + 1, lane));
       pair_e4m3(c0.x, c1.x, vb, 0, pair);
       pair_e4m3(c0.y, c1.y, vb, 4, pair);
       pair_e4m3(c0.z, c1.z, vb, 8, pair);
@@ -378,9 +432,9 @@ __device__ __forceinline__ void value_fragments(const uint8_t* stage, const uint
     } else {
 #pragma unroll
       for (int p = 0; p < 2; ++p) {  // dims 64 p + 8 g + [0, 8)
-        const uint8_t* v = stage + F::kVOff;  // key i, piece p at ((2 i + p) * 32 + lane) * 16
-        const uint4 c0 = *reinterpret_cast<const uint4*>(v + ((2 * (2 * pair) + p) * 32 + lane) * 16);
-        const uint4 c1 = *reinterpret_cast<const uint4*>(v + ((2 * (2 * pair + 1) + p) * 32 + lane) * 16);
+        const uint8_t* v = stage + F::kVOff;  // key i, piece p: piece 2 i + p
+        const uint4 c0 = *reinterpret_cast<const uint4*>(v + 16 * piece_slot(2 * (2 * pair) + p, lane));
+        const uint4 c1 = *reinterpret_cast<const uint4*>(v + 16 * piece_slot(2 * (2 * pair + 1) + p, lane));
         const uint32_t w0[4] = {c0.x, c0.y, c0.z, c0.w}, w1[4] = {c1.x, c1.y, c1.z, c1.w};
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
@@ -433,7 +487,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
 
   uint8_t* ring = smem + warp * L::kSlab;
   const uint32_t ring_addr = msa::cuda::smem_u32(ring);
-  const PieceOffsets off = piece_offsets<kKv>(a);
+  const PieceOffsets<kKv> off = piece_offsets<kKv>(a);
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < mine) {
@@ -484,14 +538,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
   for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
 
+  // E4M3 / BF16 lanes load each other's fragments: sync before refilling the stage read last iteration and
+  // after a stage lands (cp.async.wait_group covers only the thread's own copies).
+  constexpr bool kShared = kKv != KvKind::kNvfp4;
   for (int i = 0; i < mine; ++i) {
     const int ahead = i + kStages - 1;
+    if constexpr (kShared) __syncwarp();
     if (ahead < mine) {
       issue_chunk<kKv>(a, hk, chunk_ref(slots, warp + Cfg::kWarps * ahead), off,
                        ring_addr + (ahead % kStages) * F::kStageBytes);
     }
     cp_async_commit();
     cp_async_wait<kStages - 1>();
+    if constexpr (kShared) __syncwarp();
     const ChunkRef c = chunk_ref(slots, warp + Cfg::kWarps * i);
     const uint8_t* stage = ring + (i % kStages) * F::kStageBytes;
 

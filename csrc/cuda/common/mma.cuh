@@ -48,6 +48,12 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool l
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 16 : 0)
                : "memory");
 }
+// Through L1 (.ca): on the H200 the L1-bypassing form (.cg) reaches L2 as one request per 32-byte sector,
+// while .ca requests whole lines like ordinary loads.
+__device__ __forceinline__ void cp_async16_ca(uint32_t dst, const void* src, bool live) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 16 : 0)
+               : "memory");
+}
 __device__ __forceinline__ void cp_async8(uint32_t dst, const void* src, bool live) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(live ? 8 : 0)
                : "memory");

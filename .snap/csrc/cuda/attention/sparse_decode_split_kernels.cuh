@@ -1,0 +1,650 @@
+// Sparse decode attention v2: pages split over the CTAs of a thread-block cluster, K/V streamed by cp.async
+// straight into each thread's MMA fragments. No torch includes.
+//
+// Grid: x = token * splits + split (a cluster of `splits` CTAs per token), y = KV head, z = block of 16 query
+// heads. A CTA walks the TopK slots split, split + splits, ... of its token's row (interleaved: short rows end
+// in -1 padding): the slots' visible keys form a list of 16-key chunks (8 per history page, fewer on the local
+// page), dealt round-robin to its 4 warps. Each warp keeps its own online softmax over its chunks; the warps
+// merge in shared memory, then the CTAs of the cluster merge through distributed shared memory (the LSE-weighted combine, no workspace and no
+// second launch) and each CTA writes 1/splits of the output.
+//
+// Per 16-key chunk a thread loads, with cp.async into a private slot of a per-warp ring of chunks (Shape),
+// exactly the bytes of its own MMA fragments (each byte of K/V is loaded by one thread, once):
+//   S = Q K^T: mma.sync m16n8k16, A = 16 query heads x 128 dims (registers, whole CTA), B = the chunk's keys
+//     as two n-tiles of 8. The dims are permuted (as in the indexer): thread `quad` owns 32 dims of every key
+//     (16-byte pieces), and each k16-step takes 4 of them.
+//   O += P V: mma.sync m16n8k16, A = P (from the S accumulators, FlashAttention-2 style), B = V with keys as k.
+//     Output dims are permuted too: thread g owns 16 dims of each of its 4 keys (one NVFP4 scale group) and
+//     pairs two keys per register with byte permutes.
+// NVFP4 K/V are decoded through per-scale E4M3 tables (shared memory; two byte permutes per 4 codes) to exactly
+// the E4M3 values of the MSA Q8KV4 dequant; E4M3 K/V and q are widened exactly to fp16 (one cvt per pair), and
+// the MMAs run in fp16 (bf16 for BF16 K/V) with fp32 accumulation; P is rounded to fp16 (bf16) for the PV
+// product, as FlashAttention does. The exact dims each thread owns are in q_piece_offset / dim_of_column.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/attention/sparse_decode_launch.h"
+#include "cuda/common/mma.cuh"
+#include "cuda/common/nvfp4.cuh"
+#include "cuda/index/index_stream_kernels.cuh"  // the Q8KV4 decode: fill_product_tables, e2m1x8_to_e4m3x8
+
+namespace msa::attention::split {
+
+namespace cg = cooperative_groups;
+
+struct Cfg {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kDim = 128;
+  static constexpr int kPage = 128;
+  static constexpr int kChunk = 16;     // keys per chunk: one PV k16-step, two S n-tiles
+  static constexpr int kRows = 16;      // query heads per CTA (the M of every MMA)
+  static constexpr int kMaxSlots = 32;  // TopK slots one CTA walks (one per lane of the slot list)
+  static constexpr int kMaxSplits = 8;  // portable cluster size
+  static constexpr int kORow = kDim + 4;  // fp32 row stride of the merge tiles (conflict-free stores)
+};
+
+// Bytes of one chunk's slot in the ring, per warp, and where each piece lives: [piece][lane] so that each
+// thread's loads and reads are conflict-free 16/8/4-byte accesses.
+template <KvKind kKv>
+struct Fmt;
+
+template <>
+struct Fmt<KvKind::kNvfp4> {
+  static constexpr int kKOff = 0;                      // K codes: 2 keys x 16 B
+  static constexpr int kVOff = kKOff + 2 * 32 * 16;    // V codes: 4 keys x 8 B
+  static constexpr int kKsOff = kVOff + 4 * 32 * 8;    // K scales: 2 keys x 4 B (2 used)
+  static constexpr int kVsOff = kKsOff + 2 * 32 * 4;   // V scales: 4 keys x 4 B (1 used)
+  static constexpr int kStageBytes = kVsOff + 4 * 32 * 4;
+  static constexpr int kElem = 1;
+};
+
+template <>
+struct Fmt<KvKind::kE4M3> {
+  static constexpr int kKOff = 0;                      // K: 2 keys x 32 B
+  static constexpr int kVOff = kKOff + 4 * 32 * 16;    // V: 4 keys x 16 B
+  static constexpr int kStageBytes = kVOff + 4 * 32 * 16;
+  static constexpr int kElem = 1;
+};
+
+template <>
+struct Fmt<KvKind::kBF16> {
+  static constexpr int kKOff = 0;                      // K: 2 keys x 64 B
+  static constexpr int kVOff = kKOff + 8 * 32 * 16;    // V: 4 keys x 32 B
+  static constexpr int kStageBytes = kVOff + 8 * 32 * 16;
+  static constexpr int kElem = 2;
+};
+
+// Ring depth (16-key chunks per warp) and the CTAs per SM the registers are budgeted for. Default: the measured
+// configuration (3 CTAs per SM; 166 registers). Lean (knob MSA_SPARSE_DECODE_LEAN=1, an experiment): one stage
+// less so that more CTAs fit (NVFP4: 4 CTAs per SM at <= 128 registers; BF16: 3 instead of 2; E4M3 unchanged).
+template <KvKind kKv, bool kLean>
+struct Shape {
+  static constexpr int kStages = kKv == KvKind::kBF16 ? (kLean ? 2 : 3) : (kLean && kKv == KvKind::kNvfp4 ? 3 : 4);
+  static constexpr int kMinBlocks = kLean && kKv == KvKind::kNvfp4 ? 4 : 3;
+};
+
+template <KvKind kKv, int kStages>
+struct Layout {
+  using F = Fmt<kKv>;
+  static constexpr int kSlab = kStages * F::kStageBytes;  // per warp; reused for its fp32 O tile at the end
+  static_assert(kSlab >= Cfg::kRows * Cfg::kORow * 4, "a warp's ring must hold its O tile for the merge");
+  static constexpr int kTablesOff = Cfg::kWarps * kSlab;
+  static constexpr int kTablesBytes = kKv == KvKind::kNvfp4 ? 256 * 8 : 0;
+  static constexpr int kStatsOff = kTablesOff + kTablesBytes;               // [warp][row] (m, l)
+  static constexpr int kMergedOff = kStatsOff + Cfg::kWarps * Cfg::kRows * 2 * 4;
+  // merged record of the CTA: m[16], l[16], broken (int), pad, O[16][kORow] (dims in fragment order)
+  static constexpr int kMergedOOff = kMergedOff + (2 * Cfg::kRows + 4) * 4;
+  static constexpr int kSmemBytes = kMergedOOff + Cfg::kRows * Cfg::kORow * 4;
+};
+
+// ---- small device helpers ------------------------------------------------------------------------------
+
+using msa::cuda::cp_async16;
+using msa::cuda::cp_async4;
+using msa::cuda::cp_async8;
+using msa::cuda::cp_async_commit;
+using msa::cuda::cp_async_wait;
+
+// The dead-key rule: a key past the visible end of the local page is loaded with zero fill, so garbage (even
+// NaN) in the unwritten tail of a page never reaches P V.
+
+template <bool kBF16>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (kBF16) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+using nvfp4::e4m3x2_to_f16x2;
+
+using index::e4m3_hi_to_f16x2;
+using index::e4m3_lo_to_f16x2;
+
+// Fast 2^x (MUFU.EX2; ex2(-inf) = +0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Which bytes of a key row a thread owns (each 16-byte piece p of a 16-byte-aligned row), chosen so that one
+// cp.async instruction of a warp covers whole 32-byte sectors. K and q: thread `quad` owns 32 dims; k16-step t
+// takes 4 of them (b0 / a0-a1: the first two, b1 / a2-a3: the next two). NVFP4 K is one 16-byte piece of codes
+// (dims 32 quad + [0, 32), k-step t: dims 32 quad + 4 t); its q (E4M3) pieces are at 32 quad + 16 p. E4M3 K/q:
+// pieces at 64 p + 16 quad (p = 0, 1; k-step t = 4 p + s: dims 64 p + 16 quad + 4 s). BF16 K/q: pieces at
+// 64 p + 16 quad bytes (p = 0..3; dims 32 p + 8 quad + [0, 8); k-step t = 2 p + s: dims + 4 s).
+template <KvKind kKv>
+__device__ __forceinline__ int q_piece_offset(int quad, int p) {
+  return kKv == KvKind::kNvfp4 ? 32 * quad + 16 * p : 64 * p + 16 * quad;
+}
+
+// V: thread g owns 16 dims of each of its 4 keys: NVFP4 / E4M3 dims 16 g + [0, 16) (one scale group; one
+// 8- / 16-byte piece), BF16 pieces at 128 p + 16 g bytes (dims 64 p + 8 g + [0, 8)). n-tile j, column c of
+// P V is then dim 16 c + j (NVFP4 / E4M3) or 64 (j / 8) + 8 c + j % 8 (BF16).
+template <KvKind kKv>
+__device__ __forceinline__ int dim_of_column(int j, int c) {
+  return kKv == KvKind::kBF16 ? 64 * (j >> 3) + 8 * c + (j & 7) : 16 * c + j;
+}
+
+// ---- the chunk list of a CTA ---------------------------------------------------------------------------
+
+// Lane l describes slot first + l * step of the token's TopK row: its physical page, visible keys and chunk
+// count, and the prefix of chunk counts over the lanes.
+struct SlotList {
+  int64_t physical;
+  int visible, first, total;  // first: chunks before this lane's slot; total: chunks of the CTA
+  bool broken;                // some listed page is visible but maps outside the cache
+};
+
+__device__ __forceinline__ SlotList make_slot_list(const SparseDecodeArgs& a, int t, int hk, int b, int local,
+                                                   int pos, int first, int step, int n_slots) {
+  const int lane = threadIdx.x & 31;
+  int chunks = 0, visible = 0;
+  int64_t physical = 0;
+  bool broken = false;
+  if (lane < n_slots) {
+    const int page = a.topk[hk * a.topk_stride_h + int64_t(t) * a.topk_stride_t +
+                            int64_t(first + lane * step) * a.topk_stride_k];
+    if (page >= 0 && page <= local) {
+      const int32_t p = page < a.max_pages ? a.page_table[int64_t(b) * a.page_table_stride + page] : -1;
+      if (p < 0 || p >= a.physical_pages) {
+        broken = true;
+      } else {
+        physical = p;
+        visible = page < local ? Cfg::kPage : pos % Cfg::kPage + 1;
+        chunks = (visible + Cfg::kChunk - 1) / Cfg::kChunk;
+      }
+    }
+  }
+  int incl = chunks;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const int y = __shfl_up_sync(0xFFFFFFFFu, incl, d);
+    if (lane >= d) incl += y;
+  }
+  SlotList s;
+  s.physical = physical;
+  s.visible = visible;
+  s.first = incl - chunks;
+  s.total = __shfl_sync(0xFFFFFFFFu, incl, 31);
+  s.broken = __any_sync(0xFFFFFFFFu, broken);
+  return s;
+}
+
+struct ChunkRef {
+  int64_t physical;
+  int key0, visible;
+};
+
+// Chunk c (warp-uniform, < total) of the list.
+__device__ __forceinline__ ChunkRef chunk_ref(const SlotList& s, int c) {
+  const unsigned before = __ballot_sync(0xFFFFFFFFu, s.first <= c);  // lanes whose chunks start at or before c
+  const int lane_of = 31 - __clz(before);  // the last of them holds c (lanes after it start past c)
+  ChunkRef r;
+  r.physical = __shfl_sync(0xFFFFFFFFu, s.physical, lane_of);
+  r.visible = __shfl_sync(0xFFFFFFFFu, s.visible, lane_of);
+  r.key0 = (c - __shfl_sync(0xFFFFFFFFu, s.first, lane_of)) * Cfg::kChunk;
+  return r;
+}
+
+// ---- loads ---------------------------------------------------------------------------------------------
+
+// Loop-invariant byte offsets of a thread's pieces inside a 16-key chunk (key0 = 0) of one page. Dead keys
+// (past the visible end of the local page) are still inside the page, so their addresses stay valid; they
+// are loaded with src-size 0 (zero fill).
+struct PieceOffsets {
+  int32_t k[2], v[4], ks[2], vs[4];
+};
+
+template <KvKind kKv>
+__device__ __forceinline__ PieceOffsets piece_offsets(const SparseDecodeArgs& a) {
+  using F = Fmt<kKv>;
+  const int lane = threadIdx.x & 31, g8 = lane >> 2, quad = lane & 3;
+  const int32_t kstride = static_cast<int32_t>(a.k_stride_token * F::kElem);
+  const int32_t vstride = static_cast<int32_t>(a.v_stride_token * F::kElem);
+  PieceOffsets o;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    o.k[i] = (g8 + 8 * i) * kstride + 16 * quad;  // NVFP4: the piece; E4M3 / BF16: piece 0 (+64 p)
+    o.ks[i] = (g8 + 8 * i) * static_cast<int32_t>(a.ks_stride_token) + 4 * (quad >> 1);
+  }
+  const int vkeys[4] = {2 * quad, 2 * quad + 1, 2 * quad + 8, 2 * quad + 9};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    o.v[i] = vkeys[i] * vstride + (kKv == KvKind::kNvfp4 ? 8 * g8 : 16 * g8);
+    o.vs[i] = vkeys[i] * static_cast<int32_t>(a.vs_stride_token) + 4 * (g8 >> 2);
+  }
+  return o;
+}
+
+template <KvKind kKv>
+__device__ __forceinline__ void issue_chunk(const SparseDecodeArgs& a, int hk, const ChunkRef& c,
+                                            const PieceOffsets& off, uint32_t stage) {
+  using F = Fmt<kKv>;
+  const int lane = threadIdx.x & 31, g8 = lane >> 2, quad = lane & 3;
+  const uint8_t* kchunk = static_cast<const uint8_t*>(a.k) +
+                          (c.physical * a.k_stride_page + hk * a.k_stride_head + int64_t(c.key0) * a.k_stride_token) *
+                              F::kElem;
+  const uint8_t* vchunk = static_cast<const uint8_t*>(a.v) +
+                          (c.physical * a.v_stride_page + hk * a.v_stride_head + int64_t(c.key0) * a.v_stride_token) *
+                              F::kElem;
+  const int left = c.visible - c.key0;  // live keys of this chunk (>= 1; >= 16 unless the local page ends here)
+  const bool klive[2] = {g8 < left, g8 + 8 < left};
+  const bool vlive[4] = {2 * quad < left, 2 * quad + 1 < left, 2 * quad + 8 < left, 2 * quad + 9 < left};
+  if constexpr (kKv == KvKind::kNvfp4) {
+    const uint8_t* kschunk = a.k_scales + c.physical * a.ks_stride_page + hk * a.ks_stride_head +
+                             int64_t(c.key0) * a.ks_stride_token;
+    const uint8_t* vschunk = a.v_scales + c.physical * a.vs_stride_page + hk * a.vs_stride_head +
+                             int64_t(c.key0) * a.vs_stride_token;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      cp_async16(stage + F::kKOff + (i * 32 + lane) * 16, kchunk + off.k[i], klive[i]);
+      cp_async4(stage + F::kKsOff + (i * 32 + lane) * 4, kschunk + off.ks[i], klive[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      cp_async8(stage + F::kVOff + (i * 32 + lane) * 8, vchunk + off.v[i], vlive[i]);
+      cp_async4(stage + F::kVsOff + (i * 32 + lane) * 4, vschunk + off.vs[i], vlive[i]);
+    }
+  } else {
+    constexpr int kKPieces = kKv == KvKind::kBF16 ? 4 : 2;  // 16-byte pieces per key: K (32 dims), V (16 dims)
+    constexpr int kVPieces = kKPieces / 2;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int p = 0; p < kKPieces; ++p)  // off.k = row + 16 quad; piece p adds 64 p
+        cp_async16(stage + F::kKOff + ((i * kKPieces + p) * 32 + lane) * 16, kchunk + off.k[i] + 64 * p, klive[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int p = 0; p < kVPieces; ++p)  // off.v = row + 16 g; piece p adds 128 p (BF16)
+        cp_async16(stage + F::kVOff + ((i * kVPieces + p) * 32 + lane) * 16, vchunk + off.v[i] + 128 * p, vlive[i]);
+    }
+  }
+}
+
+// ---- fragments from a landed chunk ---------------------------------------------------------------------
+
+// B fragments of S for n-tile i (key key0 + 8 i + g): kb[t] = {b0, b1} of k16-step t.
+template <KvKind kKv>
+__device__ __forceinline__ void key_fragments(const uint8_t* stage, const uint2* tables, int i,
+                                              uint32_t (&kb)[8][2]) {
+  using F = Fmt<kKv>;
+  const int lane = threadIdx.x & 31, quad = lane & 3;
+  if constexpr (kKv == KvKind::kNvfp4) {
+    const uint4 c = *reinterpret_cast<const uint4*>(stage + F::kKOff + (i * 32 + lane) * 16);
+    const uint32_t sw = *reinterpret_cast<const uint32_t*>(stage + F::kKsOff + (i * 32 + lane) * 4);
+    const uint32_t sc = sw >> (16 * (quad & 1));  // byte 0: scale of dims 32 quad + [0, 16), byte 1: + [16, 32)
+    const uint32_t words[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {  // word s: dims 32 quad + 8 s + [0, 8) = k-steps 2 s, 2 s + 1
+      const uint2 t = tables[(sc >> (8 * (s >> 1))) & 0xFFu];
+      uint32_t lo, hi;
+      index::e2m1x8_to_e4m3x8(words[s], t.x, t.y, lo, hi);
+      kb[2 * s][0] = e4m3_lo_to_f16x2(lo), kb[2 * s][1] = e4m3_hi_to_f16x2(lo);
+      kb[2 * s + 1][0] = e4m3_lo_to_f16x2(hi), kb[2 * s + 1][1] = e4m3_hi_to_f16x2(hi);
+    }
+  } else if constexpr (kKv == KvKind::kE4M3) {
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      const uint4 c = *reinterpret_cast<const uint4*>(stage + F::kKOff + ((i * 2 + p) * 32 + lane) * 16);
+      const uint32_t words[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        kb[4 * p + s][0] = e4m3_lo_to_f16x2(words[s]);
+        kb[4 * p + s][1] = e4m3_hi_to_f16x2(words[s]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const uint4 c = *reinterpret_cast<const uint4*>(stage + F::kKOff + ((i * 4 + p) * 32 + lane) * 16);
+      kb[2 * p][0] = c.x, kb[2 * p][1] = c.y;
+      kb[2 * p + 1][0] = c.z, kb[2 * p + 1][1] = c.w;
+    }
+  }
+}
+
+// Two keys' E4M3 bytes of the same 4 dims -> the key-paired f16x2 B fragments of those dims.
+__device__ __forceinline__ void pair_e4m3(uint32_t a, uint32_t b, uint32_t (&vb)[16][2], int j0, int pair) {
+  const uint32_t x01 = __byte_perm(a, b, 0x5140);  // (a0, b0, a1, b1)
+  const uint32_t x23 = __byte_perm(a, b, 0x7362);  // (a2, b2, a3, b3)
+  vb[j0][pair] = e4m3_lo_to_f16x2(x01);
+  vb[j0 + 1][pair] = e4m3_hi_to_f16x2(x01);
+  vb[j0 + 2][pair] = e4m3_lo_to_f16x2(x23);
+  vb[j0 + 3][pair] = e4m3_hi_to_f16x2(x23);
+}
+
+// B fragments of P V for the 16 n-tiles: vb[j] = {V[2q][d], V[2q+1][d]}, {V[2q+8][d], V[2q+9][d]} with
+// d = dim_of_column(j, g).
+template <KvKind kKv>
+__device__ __forceinline__ void value_fragments(const uint8_t* stage, const uint2* tables, uint32_t (&vb)[16][2]) {
+  using F = Fmt<kKv>;
+  const int lane = threadIdx.x & 31, g8 = lane >> 2;
+#pragma unroll
+  for (int pair = 0; pair < 2; ++pair) {  // keys (2q, 2q+1) -> vb[.][0], (2q+8, 2q+9) -> vb[.][1]
+    if constexpr (kKv == KvKind::kNvfp4) {
+      uint32_t e[2][4];  // e[key][w]: E4M3 bytes of dims 4 w .. 4 w + 3
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int i = 2 * pair + k;
+        const uint2 c = *reinterpret_cast<const uint2*>(stage + F::kVOff + (i * 32 + lane) * 8);
+        const uint32_t sw = *reinterpret_cast<const uint32_t*>(stage + F::kVsOff + (i * 32 + lane) * 4);
+        const uint2 t = tables[(sw >> (8 * (g8 & 3))) & 0xFFu];
+        index::e2m1x8_to_e4m3x8(c.x, t.x, t.y, e[k][0], e[k][1]);
+        index::e2m1x8_to_e4m3x8(c.y, t.x, t.y, e[k][2], e[k][3]);
+      }
+#pragma unroll
+      for (int w = 0; w < 4; ++w) pair_e4m3(e[0][w], e[1][w], vb, 4 * w, pair);
+    } else if constexpr (kKv == KvKind::kE4M3) {
+      const uint4 c0 = *reinterpret_cast<const uint4*>(stage + F::kVOff + ((2 * pair) * 32 + lane) * 16);
+      const uint4 c1 = *reinterpret_cast<const uint4*>(stage + F::kVOff + ((2 * pair + 1) * 32 + lane) * 16);
+      pair_e4m3(c0.x, c1.x, vb, 0, pair);
+      pair_e4m3(c0.y, c1.y, vb, 4, pair);
+      pair_e4m3(c0.z, c1.z, vb, 8, pair);
+      pair_e4m3(c0.w, c1.w, vb, 12, pair);
+    } else {
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {  // dims 64 p + 8 g + [0, 8)
+        const uint8_t* v = stage + F::kVOff;  // key i, piece p at ((2 i + p) * 32 + lane) * 16
+        const uint4 c0 = *reinterpret_cast<const uint4*>(v + ((2 * (2 * pair) + p) * 32 + lane) * 16);
+        const uint4 c1 = *reinterpret_cast<const uint4*>(v + ((2 * (2 * pair + 1) + p) * 32 + lane) * 16);
+        const uint32_t w0[4] = {c0.x, c0.y, c0.z, c0.w}, w1[4] = {c1.x, c1.y, c1.z, c1.w};
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          vb[8 * p + 2 * m][pair] = __byte_perm(w0[m], w1[m], 0x5410);
+          vb[8 * p + 2 * m + 1][pair] = __byte_perm(w0[m], w1[m], 0x7632);
+        }
+      }
+    }
+  }
+}
+
+// Position of (n-tile j, column half h, quad) in the fragment-ordered merge tiles: 8 j + 4 h + quad.
+template <KvKind kKv>
+__device__ __forceinline__ int dim_of_position(int p) {
+  return dim_of_column<kKv>(p >> 3, 2 * (p & 3) + ((p >> 2) & 1));
+}
+
+// ---- the kernel ----------------------------------------------------------------------------------------
+
+template <KvKind kKv, int kStages, int kMinBlocks>
+__global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
+    sparse_decode_split_kernel(const SparseDecodeArgs a, int splits) {
+  using F = Fmt<kKv>;
+  using L = Layout<kKv, kStages>;
+  constexpr bool kBF16 = kKv == KvKind::kBF16;
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint2* tables = reinterpret_cast<uint2*>(smem + L::kTablesOff);
+  float* stats = reinterpret_cast<float*>(smem + L::kStatsOff);
+  float* merged_m = reinterpret_cast<float*>(smem + L::kMergedOff);
+  float* merged_l = merged_m + Cfg::kRows;
+  int* merged_broken = reinterpret_cast<int*>(merged_l + Cfg::kRows);
+  float* merged_o = reinterpret_cast<float*>(smem + L::kMergedOOff);
+
+  const int t = blockIdx.x / splits, split = blockIdx.x % splits, hk = blockIdx.y;
+  const int group = a.q_heads / a.kv_heads;
+  const int head0 = hk * group + blockIdx.z * Cfg::kRows;
+  const int rows = min(Cfg::kRows, hk * group + group - head0);
+  const int b = t / a.q_len;
+  const int pos = a.seq_lens[b] - a.q_len + t % a.q_len;
+  const int local = pos >= 0 ? pos / Cfg::kPage : -1;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g8 = lane >> 2, quad = lane & 3;
+
+  if constexpr (kKv == KvKind::kNvfp4) index::fill_product_tables(tables);  // per scale byte: 8 E4M3 values
+
+  // Split s walks slots s, s + splits, ...: rows end in -1 padding (short contexts), so interleaving spreads
+  // the real pages evenly over the splits.
+  const int n_slots = split < a.topk_width ? (a.topk_width - split + splits - 1) / splits : 0;
+  const SlotList slots = make_slot_list(a, t, hk, b, local, pos, split, splits, n_slots);
+  const int mine = slots.total > warp ? (slots.total - warp + Cfg::kWarps - 1) / Cfg::kWarps : 0;
+
+  uint8_t* ring = smem + warp * L::kSlab;
+  const uint32_t ring_addr = msa::cuda::smem_u32(ring);
+  const PieceOffsets off = piece_offsets<kKv>(a);
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < mine) {
+      issue_chunk<kKv>(a, hk, chunk_ref(slots, warp + Cfg::kWarps * i), off, ring_addr + i * F::kStageBytes);
+    }
+    cp_async_commit();
+  }
+
+  // Query fragments (A of S), dims permuted like the keys: qa[t] = rows g / g + 8, dims 32 quad + 4 t + [0, 4).
+  uint32_t qa[8][4];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g8 + 8 * h;
+    const uint8_t* src = static_cast<const uint8_t*>(a.q) +
+                         (int64_t(t) * a.q_stride_t + int64_t(head0 + r) * a.q_stride_h) * F::kElem;
+    if constexpr (kBF16) {
+      uint4 v[4] = {};
+      if (r < rows) {
+#pragma unroll
+        for (int p = 0; p < 4; ++p) v[p] = __ldg(reinterpret_cast<const uint4*>(src + q_piece_offset<kKv>(quad, p)));
+      }
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        qa[2 * p][h] = v[p].x, qa[2 * p][h + 2] = v[p].y;
+        qa[2 * p + 1][h] = v[p].z, qa[2 * p + 1][h + 2] = v[p].w;
+      }
+    } else {
+      uint4 v[2] = {};
+      if (r < rows) {
+#pragma unroll
+        for (int p = 0; p < 2; ++p) v[p] = __ldg(reinterpret_cast<const uint4*>(src + q_piece_offset<kKv>(quad, p)));
+      }
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        const uint32_t w[4] = {v[p].x, v[p].y, v[p].z, v[p].w};
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          qa[4 * p + s][h] = e4m3_lo_to_f16x2(w[s]);
+          qa[4 * p + s][h + 2] = e4m3_hi_to_f16x2(w[s]);
+        }
+      }
+    }
+  }
+  if constexpr (kKv == KvKind::kNvfp4) __syncthreads();  // tables
+
+  float o[16][4];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+
+  for (int i = 0; i < mine; ++i) {
+    const int ahead = i + kStages - 1;
+    if (ahead < mine) {
+      issue_chunk<kKv>(a, hk, chunk_ref(slots, warp + Cfg::kWarps * ahead), off,
+                       ring_addr + (ahead % kStages) * F::kStageBytes);
+    }
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();
+    const ChunkRef c = chunk_ref(slots, warp + Cfg::kWarps * i);
+    const uint8_t* stage = ring + (i % kStages) * F::kStageBytes;
+
+    float s[2][4];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      uint32_t kb[8][2];
+      key_fragments<kKv>(stage, tables, n, kb);
+      float s2[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // two accumulation chains of 4 MMAs instead of one of 8
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+      for (int k = 0; k < 8; k += 2) {
+        msa::cuda::mma_m16n8k16<kBF16>(s[n], qa[k], kb[k][0], kb[k][1]);
+        msa::cuda::mma_m16n8k16<kBF16>(s2, qa[k + 1], kb[k + 1][0], kb[k + 1][1]);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] += s2[e];
+    }
+    // Online softmax in base 2; the thread holds rows g (e = 0, 1) and g + 8 (e = 2, 3), keys 8 n + 2 quad + e % 2.
+    float chunk_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = c.key0 + 8 * n + 2 * quad + (e & 1);
+        s[n][e] = key < c.visible ? s[n][e] * a.sm_scale_log2 : -INFINITY;
+        chunk_max[e >> 1] = fmaxf(chunk_max[e >> 1], s[n][e]);
+      }
+    }
+    bool grows = false;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      chunk_max[h] = fmaxf(chunk_max[h], __shfl_xor_sync(0xFFFFFFFFu, chunk_max[h], 1));
+      chunk_max[h] = fmaxf(chunk_max[h], __shfl_xor_sync(0xFFFFFFFFu, chunk_max[h], 2));
+      grows |= chunk_max[h] > row_max[h];
+    }
+    if (__any_sync(0xFFFFFFFFu, grows)) {  // rescale only when some row's running max moves
+      float correction[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float new_max = fmaxf(row_max[h], chunk_max[h]);
+        correction[h] = fast_exp2(row_max[h] - new_max);  // ex2(-inf) = 0 before the first key
+        row_max[h] = new_max;
+        row_sum[h] *= correction[h];
+      }
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        o[j][0] *= correction[0], o[j][1] *= correction[0];
+        o[j][2] *= correction[1], o[j][3] *= correction[1];
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = fast_exp2(s[n][e] - row_max[e >> 1]);  // dead keys: ex2(-inf) = 0
+        row_sum[e >> 1] += s[n][e];
+      }
+    }
+    const uint32_t pa[4] = {pack2<kBF16>(s[0][0], s[0][1]), pack2<kBF16>(s[0][2], s[0][3]),
+                            pack2<kBF16>(s[1][0], s[1][1]), pack2<kBF16>(s[1][2], s[1][3])};
+    uint32_t vb[16][2];
+    value_fragments<kKv>(stage, tables, vb);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) msa::cuda::mma_m16n8k16<kBF16>(o[j], pa, vb[j][0], vb[j][1]);
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    row_sum[h] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[h], 1);
+    row_sum[h] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[h], 2);
+  }
+
+  // Merge the warps of the CTA: (m, l) per row and the fp32 O tile (fragment order) of each warp in its ring.
+  __syncthreads();
+  float* o_tile = reinterpret_cast<float*>(ring);
+  if (quad == 0) {
+    stats[(warp * Cfg::kRows + g8) * 2 + 0] = row_max[0];
+    stats[(warp * Cfg::kRows + g8) * 2 + 1] = row_sum[0];
+    stats[(warp * Cfg::kRows + g8 + 8) * 2 + 0] = row_max[1];
+    stats[(warp * Cfg::kRows + g8 + 8) * 2 + 1] = row_sum[1];
+  }
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int p = 8 * j + 4 * h + quad;
+      o_tile[g8 * Cfg::kORow + p] = o[j][h];
+      o_tile[(g8 + 8) * Cfg::kORow + p] = o[j][h + 2];
+    }
+  }
+  const int broken = __syncthreads_or(slots.broken);
+  for (int idx = threadIdx.x; idx < Cfg::kRows * Cfg::kDim; idx += Cfg::kThreads) {
+    const int r = idx / Cfg::kDim, p = idx % Cfg::kDim;
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < Cfg::kWarps; ++w) m = fmaxf(m, stats[(w * Cfg::kRows + r) * 2]);
+    float total = 0.0f, acc = 0.0f;
+    if (m != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < Cfg::kWarps; ++w) {
+        const float weight = exp2f(stats[(w * Cfg::kRows + r) * 2] - m);  // 0 for a warp without keys
+        total += stats[(w * Cfg::kRows + r) * 2 + 1] * weight;
+        acc += reinterpret_cast<const float*>(smem + w * L::kSlab)[r * Cfg::kORow + p] * weight;
+      }
+    }
+    merged_o[r * Cfg::kORow + p] = acc;
+    if (p == 0) merged_m[r] = m, merged_l[r] = total;
+  }
+  if (threadIdx.x == 0) *merged_broken = broken;
+
+  // Merge the CTAs of the cluster (the splits of this token): CTA `rank` finishes 1/splits of the values.
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  const int ranks = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
+  const int span = Cfg::kRows * Cfg::kDim / ranks;
+  for (int idx = rank * span + threadIdx.x; idx < (rank + 1) * span; idx += Cfg::kThreads) {
+    const int r = idx / Cfg::kDim, p = idx % Cfg::kDim;
+    if (r >= rows) continue;
+    float mk[Cfg::kMaxSplits], lk[Cfg::kMaxSplits], ok[Cfg::kMaxSplits];
+    int any_broken = 0;
+#pragma unroll
+    for (int k = 0; k < Cfg::kMaxSplits; ++k) {  // all remote loads first: one round trip, not `ranks`
+      if (k < ranks) {
+        mk[k] = cluster.map_shared_rank(merged_m, k)[r];
+        lk[k] = cluster.map_shared_rank(merged_l, k)[r];
+        ok[k] = cluster.map_shared_rank(merged_o, k)[r * Cfg::kORow + p];
+        any_broken |= *cluster.map_shared_rank(merged_broken, k);
+      }
+    }
+    float m = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < Cfg::kMaxSplits; ++k) m = k < ranks ? fmaxf(m, mk[k]) : m;
+    float total = 0.0f, acc = 0.0f;
+    if (m != -INFINITY) {
+#pragma unroll
+      for (int k = 0; k < Cfg::kMaxSplits; ++k) {
+        if (k < ranks) {
+          const float weight = exp2f(mk[k] - m);
+          total += lk[k] * weight;
+          acc += ok[k] * weight;
+        }
+      }
+    }
+    const float value = any_broken ? NAN : (total > 0.0f ? acc / total : 0.0f);  // no key: zeros
+    reinterpret_cast<__nv_bfloat16*>(a.out)[int64_t(t) * a.out_stride_t + int64_t(head0 + r) * a.out_stride_h +
+                                            dim_of_position<kKv>(p)] = __float2bfloat16_rn(value);
+    if (p == 0 && a.lse != nullptr) {
+      const float lse = any_broken ? NAN : (total > 0.0f ? (m + log2f(total)) * 0.69314718055994531f : -INFINITY);
+      a.lse[int64_t(t) * a.lse_stride_t + int64_t(head0 + r) * a.lse_stride_h] = lse;
+    }
+  }
+  cluster.sync();  // peers may still be reading this CTA's merged record
+}
+
+}  // namespace msa::attention::split

@@ -1,0 +1,107 @@
+// What a torch-free CUDA launcher reports back to its (torch-side) host code. No torch includes.
+#pragma once
+
+#include <cstdlib>
+#include <initializer_list>
+#include <map>
+#include <mutex>
+#include <set>
+#include <utility>
+
+#include <cuda_runtime_api.h>
+
+namespace msa::cuda {
+
+struct LaunchStatus {
+  enum class Kind { kOk, kNoKernelImage, kCudaError };
+  Kind kind = Kind::kOk;
+  cudaError_t error = cudaSuccess;
+
+  static LaunchStatus ok() { return {}; }
+  bool is_ok() const { return kind == Kind::kOk; }
+};
+
+// Makes `kernel` launchable on the current device: checks that it has machine code for it
+// (cudaFuncGetAttributes) and raises its dynamic shared-memory limit to `dynamic_smem` when that exceeds the
+// 48 KB default. Done once per (kernel, device) and cached: later launches pay one locked lookup, no driver
+// call, no synchronisation.
+inline LaunchStatus prepare_kernel(const void* kernel, int dynamic_smem = 0) {
+  static std::mutex mutex;
+  static std::set<std::pair<const void*, int>> prepared;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+  std::lock_guard<std::mutex> lock(mutex);
+  if (prepared.count({kernel, device})) return LaunchStatus::ok();
+  cudaFuncAttributes attributes;
+  err = cudaFuncGetAttributes(&attributes, kernel);
+  if (err == cudaErrorInvalidDeviceFunction || err == cudaErrorNoKernelImageForDevice) {
+    (void)cudaGetLastError();  // not sticky: clear it so later calls are not blamed
+    return {LaunchStatus::Kind::kNoKernelImage, err};
+  }
+  if (err == cudaSuccess && dynamic_smem > 48 * 1024) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_smem);
+  }
+  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+  prepared.insert({kernel, device});
+  return LaunchStatus::ok();
+}
+
+// A benchmark knob from the environment: its value when it is one of `allowed`, else `fallback`.
+inline int env_choice(const char* name, std::initializer_list<int> allowed, int fallback) {
+  const char* env = std::getenv(name);
+  const int v = env ? std::atoi(env) : fallback;
+  for (int a : allowed) {
+    if (a == v) return v;
+  }
+  return fallback;
+}
+
+// SM count and compute capability of the current device, read once per device (no synchronisation).
+struct DeviceInfo {
+  int device = 0;  // the ordinal
+  int sms = 0, cc_major = 0, cc_minor = 0;
+};
+
+inline LaunchStatus current_device_info(DeviceInfo& info) {
+  constexpr int kMaxDevices = 64;
+  static DeviceInfo cached[kMaxDevices];
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+  if (device >= kMaxDevices) return {LaunchStatus::Kind::kCudaError, cudaErrorInvalidDevice};
+  if (cached[device].sms == 0) {
+    DeviceInfo d;
+    d.device = device;
+    err = cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.cc_minor, cudaDevAttrComputeCapabilityMinor, device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device);
+    if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+    cached[device] = d;  // benign race: every writer stores the same value
+  }
+  info = cached[device];
+  return LaunchStatus::ok();
+}
+
+// Blocks of `kernel` resident on the current device at once (SMs x blocks per SM at `threads` threads and
+// `dynamic_smem` bytes), computed once per (kernel, device) and cached: the grid of the persistent kernels and
+// the wave size the split choices aim at. No synchronisation.
+inline LaunchStatus resident_blocks(const void* kernel, int threads, int dynamic_smem, int& blocks) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> cache;
+  DeviceInfo device;
+  const LaunchStatus known = current_device_info(device);
+  if (!known.is_ok()) return known;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find({kernel, device.device});
+  if (it == cache.end()) {
+    int per_sm = 0;
+    const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, dynamic_smem);
+    if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+    it = cache.emplace(std::make_pair(kernel, device.device), device.sms * per_sm).first;
+  }
+  blocks = it->second;
+  return LaunchStatus::ok();
+}
+
+}  // namespace msa::cuda

@@ -1,0 +1,132 @@
+// Kernel choice and launch for the decode indexer. No torch: checks, workspace and errors live in
+// index_host.cpp.
+#include <algorithm>
+
+#include "cuda/index/index_kernels.cuh"
+#include "cuda/index/index_launch.h"
+#include "cuda/index/index_stream_kernels.cuh"
+#include "cuda/index/index_wgmma_kernels.cuh"
+
+namespace msa::index {
+namespace {
+
+using msa::cuda::LaunchStatus;
+
+LaunchStatus last_error() {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+  return LaunchStatus::ok();
+}
+
+template <KeyKind kKeys, int kMTiles>
+LaunchStatus launch_scores_tiles(const ScoreArgs& a, cudaStream_t stream) {
+  auto kernel = index_scores_kernel<kKeys, kMTiles>;
+  constexpr int kSmem = ScoreTraits<kKeys>::kSmemBytes;
+  const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel), kSmem);
+  if (!ready.is_ok()) return ready;
+  const dim3 grid((a.max_pages + ScoreConfig::kPagesPerCta - 1) / ScoreConfig::kPagesPerCta, a.batch);
+  kernel<<<grid, ScoreConfig::kThreads, kSmem, stream>>>(a);
+  return last_error();
+}
+
+LaunchStatus launch_scores_bf16(const ScoreArgs& a, cudaStream_t stream) {
+  switch ((a.q_len * a.heads + 15) / 16) {
+    case 1: return launch_scores_tiles<KeyKind::kBF16, 1>(a, stream);
+    case 2: return launch_scores_tiles<KeyKind::kBF16, 2>(a, stream);
+    case 3: return launch_scores_tiles<KeyKind::kBF16, 3>(a, stream);
+    default: return launch_scores_tiles<KeyKind::kBF16, 4>(a, stream);
+  }
+}
+
+// Pages per warp (mma.sync kernel) or per CTA (wgmma kernel): enough units for ~2 waves of `per_sm` units per
+// SM over the page-table width (an upper bound of the pages; the true lengths live on the device), each unit
+// streaming at least one page and at most `most`.
+int choose_pages_per_unit(const ScoreArgs& a, int sms, int per_sm, int most) {
+  const int64_t pages = int64_t(a.batch) * a.max_pages;
+  return static_cast<int>(std::min<int64_t>(most, std::max<int64_t>(1, pages / (int64_t(sms) * per_sm * 2))));
+}
+
+template <KeyKind kKeys, int kNTiles>
+LaunchStatus launch_stream_tiles(ScoreArgs a, int sms, cudaStream_t stream) {
+  auto kernel = index_scores_stream_kernel<kKeys, kNTiles>;
+  const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
+  if (!ready.is_ok()) return ready;
+  a.pages_per_unit = choose_pages_per_unit(a, sms, 16, 32);
+  const int pages_per_cta = StreamConfig::kWarps * a.pages_per_unit;
+  kernel<<<dim3((a.max_pages + pages_per_cta - 1) / pages_per_cta, a.batch), StreamConfig::kThreads, 0, stream>>>(a);
+  return last_error();
+}
+
+template <KeyKind kKeys, int kN>
+LaunchStatus launch_wgmma_rows(ScoreArgs a, int sms, WgmmaOperands ops, cudaStream_t stream) {
+  auto kernel = ops == WgmmaOperands::kFP8 ? index_scores_wgmma_kernel<kKeys, kN, WgmmaOperands::kFP8>
+                                           : index_scores_wgmma_kernel<kKeys, kN, WgmmaOperands::kF16>;
+  const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
+  if (!ready.is_ok()) return ready;
+  a.pages_per_unit = choose_pages_per_unit(a, sms, 4, 64);  // pages per CTA (one warpgroup)
+  kernel<<<dim3((a.max_pages + a.pages_per_unit - 1) / a.pages_per_unit, a.batch), WgmmaConfig::kThreads, 0,
+           stream>>>(a);
+  return last_error();
+}
+
+// Hopper: wgmma with fp16 operands (exact widening of E4M3 / NVFP4 values). Other GPUs: mma.sync (compiled
+// for sm_100a, not run). Benchmark knob MSA_INDEX_SCORES: 1 = mma.sync everywhere (on Hopper it runs through
+// fp16: F2FP unpack + 2 HMMA per k32); 2 = native FP8 wgmma on Hopper: twice the tensor rate, but QGMMA's
+// reduced accumulation precision misses SPEC's 1e-4 score tolerance (6e-4 relative measured 2026-12-02): an
+// experiment.
+template <KeyKind kKeys>
+LaunchStatus launch_stream_keys(const ScoreArgs& a, cudaStream_t stream) {
+  static const int choice = msa::cuda::env_choice("MSA_INDEX_SCORES", {0, 1, 2}, 0);
+  msa::cuda::DeviceInfo device;
+  const LaunchStatus known = msa::cuda::current_device_info(device);
+  if (!known.is_ok()) return known;
+  const int rows = a.q_len * a.heads;
+  if (device.cc_major == 9 && choice != 1) {
+    const WgmmaOperands ops = choice == 2 ? WgmmaOperands::kFP8 : WgmmaOperands::kF16;
+    if (rows <= 8) return launch_wgmma_rows<kKeys, 8>(a, device.sms, ops, stream);
+    if (rows <= 16) return launch_wgmma_rows<kKeys, 16>(a, device.sms, ops, stream);
+    if (rows <= 32) return launch_wgmma_rows<kKeys, 32>(a, device.sms, ops, stream);
+    return launch_wgmma_rows<kKeys, 64>(a, device.sms, ops, stream);
+  }
+  if (rows <= 8) return launch_stream_tiles<kKeys, 1>(a, device.sms, stream);
+  if (rows <= 16) return launch_stream_tiles<kKeys, 2>(a, device.sms, stream);
+  if (rows <= 32) return launch_stream_tiles<kKeys, 4>(a, device.sms, stream);
+  return launch_stream_tiles<kKeys, 8>(a, device.sms, stream);
+}
+
+}  // namespace
+
+LaunchStatus launch_scores(const ScoreArgs& args, cudaStream_t stream) {
+  if (args.batch == 0) return LaunchStatus::ok();
+  switch (args.key_kind) {
+    case KeyKind::kNvfp4: return launch_stream_keys<KeyKind::kNvfp4>(args, stream);
+    case KeyKind::kE4M3: return launch_stream_keys<KeyKind::kE4M3>(args, stream);
+    default: return launch_scores_bf16(args, stream);
+  }
+}
+
+LaunchStatus launch_select(const SelectArgs& args, cudaStream_t stream) {
+  const int rows = args.heads * args.tokens;
+  if (rows == 0) return LaunchStatus::ok();
+  // A row has fewer than max_pages candidates (its local page is < max_pages and local_blocks >= 1). Up to 2048:
+  // one warp per row with the smallest register array that holds them; longer rows: one CTA per row.
+  const int candidates = args.max_pages - 1;
+  if (candidates <= 32 * WarpSelectConfig::kMaxPerLane) {
+    auto kernel = candidates <= 32 * 8    ? topk_select_warp_kernel<8>
+                  : candidates <= 32 * 16 ? topk_select_warp_kernel<16>
+                  : candidates <= 32 * 32 ? topk_select_warp_kernel<32>
+                                          : topk_select_warp_kernel<WarpSelectConfig::kMaxPerLane>;
+    const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
+    if (!ready.is_ok()) return ready;
+    const int ctas = (rows + WarpSelectConfig::kWarps - 1) / WarpSelectConfig::kWarps;
+    kernel<<<ctas, WarpSelectConfig::kThreads, 0, stream>>>(args);
+    return last_error();
+  }
+  auto kernel = topk_select_kernel;
+  const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
+  if (!ready.is_ok()) return ready;
+  kernel<<<rows, SelectConfig::kThreads, 0, stream>>>(args);
+  return last_error();
+}
+
+}  // namespace msa::index
