@@ -57,13 +57,18 @@ struct Fmt;
 
 template <>
 struct Fmt<KvKind::kNvfp4> {
-  static constexpr int kKOff = 0;                      // K codes: 2 keys x 16 B
-  static constexpr int kVOff = kKOff + 2 * 32 * 16;    // V codes: 4 keys x 8 B
-  static constexpr int kKsOff = kVOff + 4 * 32 * 8;    // K scales: 2 keys x 4 B (2 used)
-  static constexpr int kVsOff = kKsOff + 2 * 32 * 4;   // V scales: 4 keys x 4 B (1 used)
-  static constexpr int kStageBytes = kVsOff + 4 * 32 * 4;
+  static constexpr int kKOff = 0;                      // K codes: 2 keys x 16 B, [key half][lane]
+  static constexpr int kVOff = kKOff + 2 * 32 * 16;    // V codes: 4 keys x 8 B, [i][v_code_slot]
+  static constexpr int kKsOff = kVOff + 4 * 32 * 8;    // K scales: the chunk's 16 rows of 8 B
+  static constexpr int kVsOff = kKsOff + 16 * 8;       // V scales: the chunk's 16 rows of 8 B
+  static constexpr int kStageBytes = kVsOff + 16 * 8;
   static constexpr int kElem = 1;
 };
+
+// 8-byte unit of V codes (key 2 quad + (i & 1) + 8 (i >> 1), dims 16 g + [0, 16)) in a stage: the two units
+// of one 16-byte piece of a key row (g = 2 p, 2 p + 1) are adjacent, and the 16 lanes of a half-warp read
+// distinct banks.
+__host__ __device__ constexpr int v_code_unit(int i, int g, int quad) { return i * 32 + quad * 8 + (g ^ (4 * (quad >> 1))); }
 
 template <>
 struct Fmt<KvKind::kE4M3> {
@@ -93,15 +98,19 @@ struct Shape {
 template <KvKind kKv, int kStages>
 struct Layout {
   using F = Fmt<kKv>;
-  static constexpr int kSlab = kStages * F::kStageBytes;  // per warp; reused for its fp32 O tile at the end
-  static_assert(kSlab >= Cfg::kRows * Cfg::kORow * 4, "a warp's ring must hold its O tile for the merge");
+  static constexpr int kOTileBytes = Cfg::kRows * Cfg::kORow * 4;
+  // per warp: its ring, reused for its fp32 O tile at the end
+  static constexpr int kSlab = kStages * F::kStageBytes > kOTileBytes ? kStages * F::kStageBytes : kOTileBytes;
   static constexpr int kTablesOff = Cfg::kWarps * kSlab;
   static constexpr int kTablesBytes = kKv == KvKind::kNvfp4 ? 256 * 8 : 0;
-  static constexpr int kStatsOff = kTablesOff + kTablesBytes;               // [warp][row] (m, l)
+  static constexpr int kPagesOff = kTablesOff + kTablesBytes;  // [slot] PagePointers
+  static constexpr int kStatsOff = kPagesOff + Cfg::kMaxSlots * 32;  // [warp][row] (m, l)
   static constexpr int kMergedOff = kStatsOff + Cfg::kWarps * Cfg::kRows * 2 * 4;
   // merged record of the CTA: m[16], l[16], broken (int), pad, O[16][kORow] (dims in fragment order)
   static constexpr int kMergedOOff = kMergedOff + (2 * Cfg::kRows + 4) * 4;
-  static constexpr int kSmemBytes = kMergedOOff + Cfg::kRows * Cfg::kORow * 4;
+  // the cluster merge: per-row weights of each split [kMaxSplits][row], the rows' (m, l), the broken flag
+  static constexpr int kCrossOff = kMergedOOff + Cfg::kRows * Cfg::kORow * 4;
+  static constexpr int kSmemBytes = kCrossOff + ((Cfg::kMaxSplits + 2) * Cfg::kRows + 4) * 4;
 };
 
 // ---- small device helpers ------------------------------------------------------------------------------
@@ -160,16 +169,26 @@ __device__ __forceinline__ int dim_of_column(int j, int c) {
 
 // ---- the chunk list of a CTA ---------------------------------------------------------------------------
 
-// Lane l describes slot first + l * step of the token's TopK row: its physical page, visible keys and chunk
-// count, and the prefix of chunk counts over the lanes.
+// Where a slot's page of this KV head starts in each cache tensor (K, V; NVFP4 also the two scale tensors).
+struct PagePointers {
+  const uint8_t* k;
+  const uint8_t* v;
+  const uint8_t* ks;
+  const uint8_t* vs;
+};
+
+// Lane l describes slot first + l * step of the token's TopK row: its visible keys and chunk count, and the
+// prefix of chunk counts over the lanes. Warp 0 also stores the slot's page pointers in the CTA's table
+// `pages` (computed once here, so a chunk costs a broadcast shared load instead of 64-bit address math; the
+// caller synchronises the block before the table is read).
 struct SlotList {
-  int64_t physical;
   int visible, first, total;  // first: chunks before this lane's slot; total: chunks of the CTA
   bool broken;                // some listed page is visible but maps outside the cache
 };
 
+template <KvKind kKv>
 __device__ __forceinline__ SlotList make_slot_list(const SparseDecodeArgs& a, int t, int hk, int b, int local,
-                                                   int pos, int first, int step, int n_slots) {
+                                                   int pos, int first, int step, int n_slots, PagePointers* pages) {
   const int lane = threadIdx.x & 31;
   int chunks = 0, visible = 0;
   int64_t physical = 0;
@@ -188,6 +207,17 @@ __device__ __forceinline__ SlotList make_slot_list(const SparseDecodeArgs& a, in
       }
     }
   }
+  constexpr int64_t kElem = Fmt<kKv>::kElem;
+  PagePointers pp;
+  pp.k = static_cast<const uint8_t*>(a.k) + (physical * a.k_stride_page + hk * a.k_stride_head) * kElem;
+  pp.v = static_cast<const uint8_t*>(a.v) + (physical * a.v_stride_page + hk * a.v_stride_head) * kElem;
+  if constexpr (kKv == KvKind::kNvfp4) {
+    pp.ks = a.k_scales + physical * a.ks_stride_page + hk * a.ks_stride_head;
+    pp.vs = a.v_scales + physical * a.vs_stride_page + hk * a.vs_stride_head;
+  } else {
+    pp.ks = pp.vs = nullptr;
+  }
+  if (threadIdx.x < 32) pages[lane] = pp;
   int incl = chunks;
 #pragma unroll
   for (int d = 1; d < 32; d *= 2) {
@@ -195,7 +225,6 @@ __device__ __forceinline__ SlotList make_slot_list(const SparseDecodeArgs& a, in
     if (lane >= d) incl += y;
   }
   SlotList s;
-  s.physical = physical;
   s.visible = visible;
   s.first = incl - chunks;
   s.total = __shfl_sync(0xFFFFFFFFu, incl, 31);
@@ -204,8 +233,7 @@ __device__ __forceinline__ SlotList make_slot_list(const SparseDecodeArgs& a, in
 }
 
 struct ChunkRef {
-  int64_t physical;
-  int key0, visible;
+  int slot, key0, visible;
 };
 
 // Chunk c (warp-uniform, < total) of the list.
@@ -213,7 +241,7 @@ __device__ __forceinline__ ChunkRef chunk_ref(const SlotList& s, int c) {
   const unsigned before = __ballot_sync(0xFFFFFFFFu, s.first <= c);  // lanes whose chunks start at or before c
   const int lane_of = 31 - __clz(before);  // the last of them holds c (lanes after it start past c)
   ChunkRef r;
-  r.physical = __shfl_sync(0xFFFFFFFFu, s.physical, lane_of);
+  r.slot = lane_of;
   r.visible = __shfl_sync(0xFFFFFFFFu, s.visible, lane_of);
   r.key0 = (c - __shfl_sync(0xFFFFFFFFu, s.first, lane_of)) * Cfg::kChunk;
   return r;
@@ -234,9 +262,13 @@ __device__ __forceinline__ ChunkRef chunk_ref(const SlotList& s, int c) {
 template <KvKind kKv>
 struct PieceOffsets;
 
+// NVFP4: per chunk a lane copies 16 bytes of K codes for each key half (its own fragment bytes), 16 bytes of
+// V codes for each key half (row 8 j + lane / 4, bytes 16 (lane % 4): the units of two other lanes) and one
+// 8-byte scale row (lanes 0-15: K, 16-31: V).
 template <>
 struct PieceOffsets<KvKind::kNvfp4> {
-  int32_t k[2], v[4], ks[2], vs[4];
+  uint32_t k, v, s;  // byte offsets of load 0 in the chunk (s: in the K or V scale tensor)
+  uint32_t v_dst;    // byte offset of V load 0 in the stage
 };
 
 template <KvKind kKv>
@@ -249,15 +281,59 @@ struct LineLoads {
 
 // Slot (16-byte unit, swizzled so that the 8 lanes of a load and of a fragment read hit distinct banks) of
 // piece `piece` of lane `owner`.
-__device__ __forceinline__ int piece_slot(int piece, int owner) {
+__host__ __device__ constexpr int piece_slot(int piece, int owner) {
   return piece * 32 + (owner ^ ((owner >> 3) & 3) ^ ((piece & 1) << 2));
 }
 
+// Byte offset in the stage of line load j of `lane` (see piece_offsets).
+template <KvKind kKv>
+__host__ __device__ constexpr uint32_t line_load_dst(int j, int lane) {
+  using LL = LineLoads<kKv>;
+  const int q = lane >> 3, r = lane & 7;
+  const bool is_v = j >= LL::kLoads / 2;
+  const int line = 4 * (j % (LL::kLoads / 2)) + q;
+  const int key = line / LL::kLinesPerRow;
+  const int byte = 128 * (line % LL::kLinesPerRow) + 16 * r;  // in the row
+  int owner = 0, piece = 0;
+  if (!is_v) {  // K: lane 4 (key % 8) + quad owns bytes 16 quad + 64 p of key 8 i + key % 8, piece i * kKPieces + p
+    owner = 4 * (key & 7) + ((byte >> 4) & 3);
+    piece = (key >> 3) * LL::kKPieces + (byte >> 6);
+  } else {  // V: lane 4 g + quad owns bytes 16 g + 128 p of key 2 quad + (i & 1) + 8 (i >> 1), piece i * kVPieces + p
+    owner = 4 * ((byte >> 4) & 7) + ((key & 7) >> 1);
+    piece = ((key & 1) + 2 * (key >> 3)) * LL::kVPieces + (byte >> 7);
+  }
+  return static_cast<uint32_t>((is_v ? Fmt<kKv>::kVOff : Fmt<kKv>::kKOff) + 16 * piece_slot(piece, owner));
+}
+
+// The destinations of a lane's loads differ from its first K / V destination by a lane-independent XOR
+// (checked at compile time below), so the loop keeps two registers per stream and folds the rest in.
+template <KvKind kKv>
+__host__ __device__ constexpr uint32_t line_load_xor(int j) {
+  constexpr int kHalf = LineLoads<kKv>::kLoads / 2;
+  return line_load_dst<kKv>(j, 0) ^ line_load_dst<kKv>(j < kHalf ? 0 : kHalf, 0);
+}
+
+template <KvKind kKv>
+constexpr bool line_loads_are_xor_shifts() {
+  constexpr int kHalf = LineLoads<kKv>::kLoads / 2;
+  for (int j = 0; j < LineLoads<kKv>::kLoads; ++j) {
+    for (int lane = 0; lane < 32; ++lane) {
+      if (line_load_dst<kKv>(j, lane) != (line_load_dst<kKv>(j < kHalf ? 0 : kHalf, lane) ^ line_load_xor<kKv>(j))) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+static_assert(line_loads_are_xor_shifts<KvKind::kE4M3>() && line_loads_are_xor_shifts<KvKind::kBF16>());
+
+// Line loads of a lane: load j (j' = j % half) reads key 4 j' / lines-per-row further than load 0 of its
+// stream (K: j < half, V: j >= half).
 template <KvKind kKv>
 struct PieceOffsets {
-  static constexpr int kLoads = LineLoads<kKv>::kLoads;
-  int32_t src[kLoads];   // byte offset in the K (first half) or V chunk
-  uint32_t dst[kLoads];  // byte offset in the stage
+  uint32_t src_k, src_v;    // byte offset of load 0 of the stream in the chunk
+  uint32_t step_k, step_v;  // bytes between consecutive loads of the stream
+  uint32_t dst_k, dst_v;    // byte offset of load 0 of the stream in the stage
 };
 
 template <KvKind kKv>
@@ -266,105 +342,94 @@ __device__ __forceinline__ PieceOffsets<kKv> piece_offsets(const SparseDecodeArg
   const int lane = threadIdx.x & 31;
   if constexpr (kKv == KvKind::kNvfp4) {
     const int g8 = lane >> 2, quad = lane & 3;
-    const int32_t kstride = static_cast<int32_t>(a.k_stride_token * F::kElem);
-    const int32_t vstride = static_cast<int32_t>(a.v_stride_token * F::kElem);
     PieceOffsets<kKv> o;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      o.k[i] = (g8 + 8 * i) * kstride + 16 * quad;
-      o.ks[i] = (g8 + 8 * i) * static_cast<int32_t>(a.ks_stride_token) + 4 * (quad >> 1);
-    }
-    const int vkeys[4] = {2 * quad, 2 * quad + 1, 2 * quad + 8, 2 * quad + 9};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      o.v[i] = vkeys[i] * vstride + 8 * g8;
-      o.vs[i] = vkeys[i] * static_cast<int32_t>(a.vs_stride_token) + 4 * (g8 >> 2);
-    }
+    o.k = g8 * static_cast<uint32_t>(a.k_stride_token) + 16 * quad;
+    o.v = g8 * static_cast<uint32_t>(a.v_stride_token) + 16 * quad;
+    o.s = (lane & 15) * static_cast<uint32_t>(lane < 16 ? a.ks_stride_token : a.vs_stride_token);
+    o.v_dst = F::kVOff + 8 * v_code_unit(g8 & 1, 2 * quad, g8 >> 1);  // row g8: i = g8 % 2, quad' = g8 / 2
+    asm("" : "+r"(o.k), "+r"(o.v), "+r"(o.s), "+r"(o.v_dst));
     return o;
   } else {
     using LL = LineLoads<kKv>;
     const int q = lane >> 3, r = lane & 7;
+    const uint32_t kstride = static_cast<uint32_t>(a.k_stride_token * F::kElem);
+    const uint32_t vstride = static_cast<uint32_t>(a.v_stride_token * F::kElem);
+    const uint32_t key = q / LL::kLinesPerRow, byte = 128 * (q % LL::kLinesPerRow) + 16 * r;
     PieceOffsets<kKv> o;
-#pragma unroll
-    for (int j = 0; j < LL::kLoads; ++j) {
-      const bool is_v = j >= LL::kLoads / 2;
-      const int line = 4 * (j % (LL::kLoads / 2)) + q;
-      const int key = line / LL::kLinesPerRow;
-      const int byte = 128 * (line % LL::kLinesPerRow) + 16 * r;  // in the row
-      int owner, piece;
-      if (!is_v) {  // K: lane 4 (key % 8) + quad owns bytes 16 quad + 64 p of key 8 i + key % 8, piece i * kKPieces + p
-        owner = 4 * (key & 7) + ((byte >> 4) & 3);
-        piece = (key >> 3) * LL::kKPieces + (byte >> 6);
-      } else {  // V: lane 4 g + quad owns bytes 16 g + 128 p of key 2 quad + (i & 1) + 8 (i >> 1), piece i * kVPieces + p
-        owner = 4 * ((byte >> 4) & 7) + ((key & 7) >> 1);
-        piece = ((key & 1) + 2 * (key >> 3)) * LL::kVPieces + (byte >> 7);
-      }
-      const int32_t stride = static_cast<int32_t>((is_v ? a.v_stride_token : a.k_stride_token) * F::kElem);
-      o.src[j] = key * stride + byte;
-      o.dst[j] = (is_v ? F::kVOff : F::kKOff) + 16 * piece_slot(piece, owner);
-    }
+    o.src_k = key * kstride + byte;
+    o.src_v = key * vstride + byte;
+    o.step_k = (4 / LL::kLinesPerRow) * kstride;
+    o.step_v = (4 / LL::kLinesPerRow) * vstride;
+    o.dst_k = line_load_dst<kKv>(0, lane);
+    o.dst_v = line_load_dst<kKv>(LL::kLoads / 2, lane);
+    // Opaque to the compiler, so it keeps these four in registers instead of recomputing them every chunk.
+    asm("" : "+r"(o.src_k), "+r"(o.src_v), "+r"(o.dst_k), "+r"(o.dst_v));
     return o;
   }
 }
 
+// Token strides are below 2^24 bytes (the launcher sends larger ones to v1), so in-page offsets fit 32 bits.
 template <KvKind kKv>
-__device__ __forceinline__ void issue_chunk(const SparseDecodeArgs& a, int hk, const ChunkRef& c,
+__device__ __forceinline__ void issue_chunk(const SparseDecodeArgs& a, const PagePointers* pages, const ChunkRef& c,
                                             const PieceOffsets<kKv>& off, uint32_t stage) {
   using F = Fmt<kKv>;
   const int lane = threadIdx.x & 31;
-  const uint8_t* kchunk = static_cast<const uint8_t*>(a.k) +
-                          (c.physical * a.k_stride_page + hk * a.k_stride_head + int64_t(c.key0) * a.k_stride_token) *
-                              F::kElem;
-  const uint8_t* vchunk = static_cast<const uint8_t*>(a.v) +
-                          (c.physical * a.v_stride_page + hk * a.v_stride_head + int64_t(c.key0) * a.v_stride_token) *
-                              F::kElem;
+  const PagePointers& page = pages[c.slot];  // broadcast load
+  const uint32_t key0 = static_cast<uint32_t>(c.key0);
+  const uint8_t* kchunk = page.k + key0 * static_cast<uint32_t>(a.k_stride_token * F::kElem);
+  const uint8_t* vchunk = page.v + key0 * static_cast<uint32_t>(a.v_stride_token * F::kElem);
   const int left = c.visible - c.key0;  // live keys of this chunk (>= 1; >= 16 unless the local page ends here)
   if constexpr (kKv == KvKind::kNvfp4) {
-    const int g8 = lane >> 2, quad = lane & 3;
-    const bool klive[2] = {g8 < left, g8 + 8 < left};
-    const bool vlive[4] = {2 * quad < left, 2 * quad + 1 < left, 2 * quad + 8 < left, 2 * quad + 9 < left};
-    const uint8_t* kschunk = a.k_scales + c.physical * a.ks_stride_page + hk * a.ks_stride_head +
-                             int64_t(c.key0) * a.ks_stride_token;
-    const uint8_t* vschunk = a.v_scales + c.physical * a.vs_stride_page + hk * a.vs_stride_head +
-                             int64_t(c.key0) * a.vs_stride_token;
+    const int g8 = lane >> 2;
+    const bool scale_k = lane < 16;
+    const uint8_t* schunk = scale_k ? page.ks + key0 * static_cast<uint32_t>(a.ks_stride_token)
+                                    : page.vs + key0 * static_cast<uint32_t>(a.vs_stride_token);
+    cp_async8(stage + (scale_k ? F::kKsOff : F::kVsOff) + 8 * (lane & 15), schunk + off.s, (lane & 15) < left);
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      cp_async16_ca(stage + F::kKOff + (i * 32 + lane) * 16, kchunk + off.k[i], klive[i]);
-      cp_async4(stage + F::kKsOff + (i * 32 + lane) * 4, kschunk + off.ks[i], klive[i]);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      cp_async8(stage + F::kVOff + (i * 32 + lane) * 8, vchunk + off.v[i], vlive[i]);
-      cp_async4(stage + F::kVsOff + (i * 32 + lane) * 4, vschunk + off.vs[i], vlive[i]);
+    for (int j = 0; j < 2; ++j) {  // key rows 8 j + g8; V row 8 j + g8 = key 2 quad' + (i & 1) + 8 (i >> 1)
+      const bool live = g8 + 8 * j < left;
+      cp_async16_ca(stage + F::kKOff + (j * 32 + lane) * 16,
+                    kchunk + off.k + 8 * j * static_cast<uint32_t>(a.k_stride_token), live);
+      cp_async16_ca(stage + off.v_dst + 8 * 32 * 2 * j,  // i += 2
+                    vchunk + off.v + 8 * j * static_cast<uint32_t>(a.v_stride_token), live);
     }
   } else {
     using LL = LineLoads<kKv>;
     const int q = lane >> 3;
+    constexpr int kHalf = LL::kLoads / 2;
 #pragma unroll
     for (int j = 0; j < LL::kLoads; ++j) {
-      const bool is_v = j >= LL::kLoads / 2;
-      const int key = (4 * (j % (LL::kLoads / 2)) + q) / LL::kLinesPerRow;
-      cp_async16_ca(stage + off.dst[j], (is_v ? vchunk : kchunk) + off.src[j], key < left);
+      const bool is_v = j >= kHalf;
+      const int jj = j % kHalf;
+      const int key = (4 * jj + q) / LL::kLinesPerRow;
+      const uint8_t* src = is_v ? vchunk + off.src_v + jj * off.step_v : kchunk + off.src_k + jj * off.step_k;
+      cp_async16_ca(stage + ((is_v ? off.dst_v : off.dst_k) ^ line_load_xor<kKv>(j)), src, key < left);
     }
   }
 }
 
 // ---- fragments from a landed chunk ---------------------------------------------------------------------
 
+// One NVFP4 scale byte from shared memory, as its own byte load: volatile so that neighbouring bytes are not
+// fetched as one wider word and then taken apart with integer instructions (the integer pipe is the limit).
+__device__ __forceinline__ uint32_t scale_byte(const uint8_t* p) { return *reinterpret_cast<const volatile uint8_t*>(p); }
+
 // B fragments of S for n-tile i (key key0 + 8 i + g): kb[t] = {b0, b1} of k16-step t.
 template <KvKind kKv>
 __device__ __forceinline__ void key_fragments(const uint8_t* stage, const uint2* tables, int i,
                                               uint32_t (&kb)[8][2]) {
   using F = Fmt<kKv>;
-  const int lane = threadIdx.x & 31, quad = lane & 3;
+  const int lane = threadIdx.x & 31, g8 = lane >> 2, quad = lane & 3;
   if constexpr (kKv == KvKind::kNvfp4) {
     const uint4 c = *reinterpret_cast<const uint4*>(stage + F::kKOff + (i * 32 + lane) * 16);
-    const uint32_t sw = *reinterpret_cast<const uint32_t*>(stage + F::kKsOff + (i * 32 + lane) * 4);
-    const uint32_t sc = sw >> (16 * (quad & 1));  // byte 0: scale of dims 32 quad + [0, 16), byte 1: + [16, 32)
+    // Scale bytes of key g8 + 8 i, dims 32 quad + [0, 16) and + [16, 32): byte loads (a lane-constant address plus
+    // an immediate) instead of shifting and masking a word, which costs integer-pipe instructions.
+    const uint8_t* scale = stage + F::kKsOff + 8 * (g8 + 8 * i) + 2 * quad;
+    const uint2 table[2] = {tables[scale_byte(scale)], tables[scale_byte(scale + 1)]};
     const uint32_t words[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll
     for (int s = 0; s < 4; ++s) {  // word s: dims 32 quad + 8 s + [0, 8) = k-steps 2 s, 2 s + 1
-      const uint2 t = tables[(sc >> (8 * (s >> 1))) & 0xFFu];
+      const uint2 t = table[s >> 1];
       uint32_t lo, hi;
       index::e2m1x8_to_e4m3x8(words[s], t.x, t.y, lo, hi);
       kb[2 * s][0] = e4m3_lo_to_f16x2(lo), kb[2 * s][1] = e4m3_hi_to_f16x2(lo);
@@ -406,7 +471,7 @@ __device__ __forceinline__ void pair_e4m3(uint32_t a, uint32_t b, uint32_t (&vb)
 template <KvKind kKv>
 __device__ __forceinline__ void value_fragments(const uint8_t* stage, const uint2* tables, uint32_t (&vb)[16][2]) {
   using F = Fmt<kKv>;
-  const int lane = threadIdx.x & 31, g8 = lane >> 2;
+  const int lane = threadIdx.x & 31, g8 = lane >> 2, quad = lane & 3;
 #pragma unroll
   for (int pair = 0; pair < 2; ++pair) {  // keys (2q, 2q+1) -> vb[.][0], (2q+8, 2q+9) -> vb[.][1]
     if constexpr (kKv == KvKind::kNvfp4) {
@@ -414,9 +479,9 @@ __device__ __forceinline__ void value_fragments(const uint8_t* stage, const uint
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
         const int i = 2 * pair + k;
-        const uint2 c = *reinterpret_cast<const uint2*>(stage + F::kVOff + (i * 32 + lane) * 8);
-        const uint32_t sw = *reinterpret_cast<const uint32_t*>(stage + F::kVsOff + (i * 32 + lane) * 4);
-        const uint2 t = tables[(sw >> (8 * (g8 & 3))) & 0xFFu];
+        const uint2 c = *reinterpret_cast<const uint2*>(stage + F::kVOff + 8 * v_code_unit(i, g8, quad));
+        const int key = 2 * quad + (i & 1) + 8 * (i >> 1);
+        const uint2 t = tables[scale_byte(stage + F::kVsOff + 8 * key + g8)];  // scale of dims 16 g8 + [0, 16)
         index::e2m1x8_to_e4m3x8(c.x, t.x, t.y, e[k][0], e[k][1]);
         index::e2m1x8_to_e4m3x8(c.y, t.x, t.y, e[k][2], e[k][3]);
       }
@@ -482,8 +547,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
   // Split s walks slots s, s + splits, ...: rows end in -1 padding (short contexts), so interleaving spreads
   // the real pages evenly over the splits.
   const int n_slots = split < a.topk_width ? (a.topk_width - split + splits - 1) / splits : 0;
-  const SlotList slots = make_slot_list(a, t, hk, b, local, pos, split, splits, n_slots);
+  PagePointers* pages = reinterpret_cast<PagePointers*>(smem + L::kPagesOff);
+  const SlotList slots = make_slot_list<kKv>(a, t, hk, b, local, pos, split, splits, n_slots, pages);
   const int mine = slots.total > warp ? (slots.total - warp + Cfg::kWarps - 1) / Cfg::kWarps : 0;
+  __syncthreads();  // page table (and the NVFP4 product tables)
 
   uint8_t* ring = smem + warp * L::kSlab;
   const uint32_t ring_addr = msa::cuda::smem_u32(ring);
@@ -491,7 +558,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < mine) {
-      issue_chunk<kKv>(a, hk, chunk_ref(slots, warp + Cfg::kWarps * i), off, ring_addr + i * F::kStageBytes);
+      issue_chunk<kKv>(a, pages, chunk_ref(slots, warp + Cfg::kWarps * i), off, ring_addr + i * F::kStageBytes);
     }
     cp_async_commit();
   }
@@ -531,7 +598,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
       }
     }
   }
-  if constexpr (kKv == KvKind::kNvfp4) __syncthreads();  // tables
 
   float o[16][4];
 #pragma unroll
@@ -545,7 +611,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
     const int ahead = i + kStages - 1;
     if constexpr (kShared) __syncwarp();
     if (ahead < mine) {
-      issue_chunk<kKv>(a, hk, chunk_ref(slots, warp + Cfg::kWarps * ahead), off,
+      issue_chunk<kKv>(a, pages, chunk_ref(slots, warp + Cfg::kWarps * ahead), off,
                        ring_addr + (ahead % kStages) * F::kStageBytes);
     }
     cp_async_commit();
@@ -574,11 +640,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = c.key0 + 8 * n + 2 * quad + (e & 1);
-        s[n][e] = key < c.visible ? s[n][e] * a.sm_scale_log2 : -INFINITY;
-        chunk_max[e >> 1] = fmaxf(chunk_max[e >> 1], s[n][e]);
+      for (int e = 0; e < 4; ++e) s[n][e] *= a.sm_scale_log2;
+    }
+    if (c.visible - c.key0 < Cfg::kChunk) {  // warp-uniform: only the last chunk of a local page has dead keys
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (c.key0 + 8 * n + 2 * quad + (e & 1) >= c.visible) s[n][e] = -INFINITY;
+        }
       }
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) chunk_max[e >> 1] = fmaxf(chunk_max[e >> 1], s[n][e]);
     }
     bool grows = false;
 #pragma unroll
@@ -643,65 +719,108 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
     }
   }
   const int broken = __syncthreads_or(slots.broken);
-  for (int idx = threadIdx.x; idx < Cfg::kRows * Cfg::kDim; idx += Cfg::kThreads) {
-    const int r = idx / Cfg::kDim, p = idx % Cfg::kDim;
+  // Per row (thread r): the warps' weights 2^(m_w - m), written over their m (`stats`), and the merged (m, l).
+  if (threadIdx.x < Cfg::kRows) {
+    const int r = threadIdx.x;
     float m = -INFINITY;
 #pragma unroll
     for (int w = 0; w < Cfg::kWarps; ++w) m = fmaxf(m, stats[(w * Cfg::kRows + r) * 2]);
-    float total = 0.0f, acc = 0.0f;
-    if (m != -INFINITY) {
+    float total = 0.0f;
 #pragma unroll
-      for (int w = 0; w < Cfg::kWarps; ++w) {
-        const float weight = exp2f(stats[(w * Cfg::kRows + r) * 2] - m);  // 0 for a warp without keys
-        total += stats[(w * Cfg::kRows + r) * 2 + 1] * weight;
-        acc += reinterpret_cast<const float*>(smem + w * L::kSlab)[r * Cfg::kORow + p] * weight;
-      }
+    for (int w = 0; w < Cfg::kWarps; ++w) {
+      float& slot = stats[(w * Cfg::kRows + r) * 2];
+      const float weight = m != -INFINITY ? exp2f(slot - m) : 0.0f;  // 0 for a warp without keys
+      total += stats[(w * Cfg::kRows + r) * 2 + 1] * weight;
+      slot = weight;
     }
-    merged_o[r * Cfg::kORow + p] = acc;
-    if (p == 0) merged_m[r] = m, merged_l[r] = total;
+    merged_m[r] = m, merged_l[r] = total;
   }
   if (threadIdx.x == 0) *merged_broken = broken;
+  __syncthreads();
+  // The warps' O tiles, weighted: value (r, p) of the CTA's partial output.
+  auto warp_merged = [&](int r, int p) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < Cfg::kWarps; ++w) {
+      acc += reinterpret_cast<const float*>(smem + w * L::kSlab)[r * Cfg::kORow + p] * stats[(w * Cfg::kRows + r) * 2];
+    }
+    return acc;
+  };
+  auto store = [&](int r, int p, float acc, float m, float total, bool bad) {
+    const float value = bad ? NAN : (total > 0.0f ? acc / total : 0.0f);  // no key: zeros
+    reinterpret_cast<__nv_bfloat16*>(a.out)[int64_t(t) * a.out_stride_t + int64_t(head0 + r) * a.out_stride_h +
+                                            dim_of_position<kKv>(p)] = __float2bfloat16_rn(value);
+    if (p == 0 && a.lse != nullptr) {
+      const float lse = bad ? NAN : (total > 0.0f ? (m + log2f(total)) * 0.69314718055994531f : -INFINITY);
+      a.lse[int64_t(t) * a.lse_stride_t + int64_t(head0 + r) * a.lse_stride_h] = lse;
+    }
+  };
 
-  // Merge the CTAs of the cluster (the splits of this token): CTA `rank` finishes 1/splits of the values.
+  if (splits == 1) {  // one CTA per token: it finishes the output itself
+    for (int idx = threadIdx.x; idx < rows * Cfg::kDim; idx += Cfg::kThreads) {
+      const int r = idx / Cfg::kDim, p = idx % Cfg::kDim;
+      store(r, p, warp_merged(r, p), merged_m[r], merged_l[r], broken);
+    }
+    return;
+  }
+  for (int idx = threadIdx.x; idx < Cfg::kRows * Cfg::kDim; idx += Cfg::kThreads) {
+    const int r = idx / Cfg::kDim, p = idx % Cfg::kDim;
+    merged_o[r * Cfg::kORow + p] = warp_merged(r, p);
+  }
+
+  // Merge the CTAs of the cluster (the splits of this token): per row (thread r) the splits' weights, then CTA
+  // `rank` finishes 1/splits of the values.
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
   const int ranks = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
-  const int span = Cfg::kRows * Cfg::kDim / ranks;
-  for (int idx = rank * span + threadIdx.x; idx < (rank + 1) * span; idx += Cfg::kThreads) {
-    const int r = idx / Cfg::kDim, p = idx % Cfg::kDim;
-    if (r >= rows) continue;
-    float mk[Cfg::kMaxSplits], lk[Cfg::kMaxSplits], ok[Cfg::kMaxSplits];
+  float* cross_w = reinterpret_cast<float*>(smem + L::kCrossOff);  // [split][row]
+  float* cross_m = cross_w + Cfg::kMaxSplits * Cfg::kRows;
+  float* cross_l = cross_m + Cfg::kRows;
+  int* cross_broken = reinterpret_cast<int*>(cross_l + Cfg::kRows);
+  if (threadIdx.x < Cfg::kRows) {
+    const int r = threadIdx.x;
+    float mk[Cfg::kMaxSplits], lk[Cfg::kMaxSplits];
     int any_broken = 0;
 #pragma unroll
     for (int k = 0; k < Cfg::kMaxSplits; ++k) {  // all remote loads first: one round trip, not `ranks`
       if (k < ranks) {
         mk[k] = cluster.map_shared_rank(merged_m, k)[r];
         lk[k] = cluster.map_shared_rank(merged_l, k)[r];
-        ok[k] = cluster.map_shared_rank(merged_o, k)[r * Cfg::kORow + p];
         any_broken |= *cluster.map_shared_rank(merged_broken, k);
       }
     }
     float m = -INFINITY;
 #pragma unroll
     for (int k = 0; k < Cfg::kMaxSplits; ++k) m = k < ranks ? fmaxf(m, mk[k]) : m;
-    float total = 0.0f, acc = 0.0f;
-    if (m != -INFINITY) {
+    float total = 0.0f;
 #pragma unroll
-      for (int k = 0; k < Cfg::kMaxSplits; ++k) {
-        if (k < ranks) {
-          const float weight = exp2f(mk[k] - m);
-          total += lk[k] * weight;
-          acc += ok[k] * weight;
-        }
+    for (int k = 0; k < Cfg::kMaxSplits; ++k) {
+      if (k < ranks) {
+        const float weight = m != -INFINITY ? exp2f(mk[k] - m) : 0.0f;
+        total += lk[k] * weight;
+        cross_w[k * Cfg::kRows + r] = weight;
       }
     }
-    const float value = any_broken ? NAN : (total > 0.0f ? acc / total : 0.0f);  // no key: zeros
-    reinterpret_cast<__nv_bfloat16*>(a.out)[int64_t(t) * a.out_stride_t + int64_t(head0 + r) * a.out_stride_h +
-                                            dim_of_position<kKv>(p)] = __float2bfloat16_rn(value);
-    if (p == 0 && a.lse != nullptr) {
-      const float lse = any_broken ? NAN : (total > 0.0f ? (m + log2f(total)) * 0.69314718055994531f : -INFINITY);
-      a.lse[int64_t(t) * a.lse_stride_t + int64_t(head0 + r) * a.lse_stride_h] = lse;
+    cross_m[r] = m;
+    cross_l[r] = total;
+    if (r == 0) *cross_broken = any_broken;
+  }
+  __syncthreads();
+  const int span = Cfg::kRows * Cfg::kDim / ranks;
+  for (int idx = rank * span + threadIdx.x; idx < (rank + 1) * span; idx += Cfg::kThreads) {
+    const int r = idx / Cfg::kDim, p = idx % Cfg::kDim;
+    if (r >= rows) continue;
+    float ok[Cfg::kMaxSplits];
+#pragma unroll
+    for (int k = 0; k < Cfg::kMaxSplits; ++k) {
+      if (k < ranks) ok[k] = cluster.map_shared_rank(merged_o, k)[r * Cfg::kORow + p];
     }
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < Cfg::kMaxSplits; ++k) {
+      if (k < ranks) acc += ok[k] * cross_w[k * Cfg::kRows + r];
+    }
+    store(r, p, acc, cross_m[r], cross_l[r], *cross_broken);
   }
   cluster.sync();  // peers may still be reading this CTA's merged record
 }
