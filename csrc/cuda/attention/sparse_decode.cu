@@ -3,7 +3,7 @@
 //
 // Default: the split kernel (sparse_decode_split_kernels.cuh), one cluster of `splits` CTAs per (token, KV head,
 // 16 query heads). `splits` comes from host-known shapes only (never from device data): the smallest power of
-// two <= 8 that gives at least one full wave of resident CTAs, and at least ceil(W / 32) (a CTA walks <= 32
+// two <= 8 that gives at least half a wave of resident CTAs, and at least ceil(W / 32) (a CTA walks <= 32
 // TopK slots). Knobs for benchmarks and tests: MSA_SPARSE_DECODE_SPLITS=1|2|4|8 forces the split count (raised
 // to ceil(W / 32) when lower); MSA_SPARSE_DECODE_KERNEL=1 selects the v1 kernel (one CTA per token, no split);
 // MSA_SPARSE_DECODE_LEAN=1 the split kernel with one ring stage less and more CTAs per SM (split::Shape).
@@ -40,7 +40,13 @@ int choose_splits(const SparseDecodeArgs& a, int units, int wave) {
   if (forced > 0) {
     splits = forced;
   } else {
-    while (splits < split::Cfg::kMaxSplits && 2 * splits <= a.topk_width && int64_t(units) * splits < wave) splits *= 2;
+    // Split only while fewer than half a wave of CTAs would run: every split repeats the CTA's fixed work (tables,
+    // query, page list, the dependent loads before the first chunk, the cluster merge). Measured on the H200
+    // (2026-12-02, 64/4, NVFP4 / FP8): B = 8 (256 units) takes 44 / 41 us with 1 split, 52 / 57 us with 2, 61 / 62
+    // with 4; B = 1 (32 units) takes 31 / 26 us with 1 split, 16 / 15 us with 8.
+    while (splits < split::Cfg::kMaxSplits && 2 * splits <= a.topk_width && 2 * int64_t(units) * splits < wave) {
+      splits *= 2;
+    }
   }
   while (splits < least) splits *= 2;
   return splits;
