@@ -5,8 +5,9 @@
 // heads. A CTA walks the TopK slots split, split + splits, ... of its token's row (interleaved: short rows end
 // in -1 padding): the slots' visible keys form a list of 16-key chunks (8 per history page, fewer on the local
 // page), dealt round-robin to its 4 warps. Each warp keeps its own online softmax over its chunks; the warps
-// merge in shared memory, then the CTAs of the cluster merge through distributed shared memory (the LSE-weighted combine, no workspace and no
-// second launch) and each CTA writes 1/splits of the output.
+// merge in shared memory, then the CTAs of the cluster merge through distributed shared memory (the LSE-weighted
+// combine, no workspace and no second launch) and each CTA writes 1/splits of the output (a CTA that is its
+// token's only split writes its output directly).
 //
 // Per 16-key chunk a thread loads, with cp.async into a private slot of a per-warp ring of chunks (Shape),
 // exactly the bytes of its own MMA fragments (each byte of K/V is loaded by one thread, once):
@@ -68,7 +69,9 @@ struct Fmt<KvKind::kNvfp4> {
 // 8-byte unit of V codes (key 2 quad + (i & 1) + 8 (i >> 1), dims 16 g + [0, 16)) in a stage: the two units
 // of one 16-byte piece of a key row (g = 2 p, 2 p + 1) are adjacent, and the 16 lanes of a half-warp read
 // distinct banks.
-__host__ __device__ constexpr int v_code_unit(int i, int g, int quad) { return i * 32 + quad * 8 + (g ^ (4 * (quad >> 1))); }
+__host__ __device__ constexpr int v_code_unit(int i, int g, int quad) {
+  return i * 32 + quad * 8 + (g ^ (4 * (quad >> 1)));
+}
 
 template <>
 struct Fmt<KvKind::kE4M3> {
@@ -412,7 +415,9 @@ __device__ __forceinline__ void issue_chunk(const SparseDecodeArgs& a, const Pag
 
 // One NVFP4 scale byte from shared memory, as its own byte load: volatile so that neighbouring bytes are not
 // fetched as one wider word and then taken apart with integer instructions (the integer pipe is the limit).
-__device__ __forceinline__ uint32_t scale_byte(const uint8_t* p) { return *reinterpret_cast<const volatile uint8_t*>(p); }
+__device__ __forceinline__ uint32_t scale_byte(const uint8_t* p) {
+  return *reinterpret_cast<const volatile uint8_t*>(p);
+}
 
 // B fragments of S for n-tile i (key key0 + 8 i + g): kb[t] = {b0, b1} of k16-step t.
 template <KvKind kKv>
