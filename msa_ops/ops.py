@@ -380,8 +380,15 @@ def sparse_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk: torch
         lse: optional float32 ``[B*Q, Hq]`` (any strides) to write the log-sum-exp into; allocated when None and
             ``return_lse``.
         workspace: reserved; accepted (a contiguous 1-D uint8 tensor on q's device) and ignored. No kernel
-            needs one: the CUDA kernel splits a token's pages over a thread-block cluster and merges the parts
-            in distributed shared memory, so a CUDA-graph-captured call allocates nothing without it.
+            needs one: the CUDA kernels split a token's (or a request's) pages over a thread-block cluster and
+            merge the parts in distributed shared memory, so a CUDA-graph-captured call allocates nothing.
+
+    CUDA kernels: per token (the TopK row of each token and KV head, split over a cluster), or the union pass
+    (``MSA_SPARSE_DECODE_UNION=1``, or ``=2`` for the automatic rule: Q >= 4 and ``page_table`` no wider than
+    Q x W pages; off by default until measured): each page of a request's rows is loaded and decoded once for all
+    its Q <= 8 tokens. Engines that keep a wide page table get the automatic rule by passing the table cut to the
+    batch's longest request (``page_table[:, :max_pages_needed]``, a view). Both give the same results within the
+    tolerances below, not bit for bit.
 
     Returns:
         ``out`` bfloat16 ``[B*Q, Hq, 128]``, or ``(out, lse)`` with ``lse`` float32 ``[B*Q, Hq]`` when

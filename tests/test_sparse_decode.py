@@ -245,30 +245,73 @@ def test_views(device, kv_format):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("kernel", ["splits1", "splits2", "splits4", "splits8", "v1", "lean"])
+@pytest.mark.parametrize("kernel", ["splits1", "splits2", "splits4", "splits8", "v1", "lean", "union", "union-splits1",
+                                    "union-splits2", "union-splits8"])
 @pytest.mark.parametrize("kv_format", KV_FORMATS)
 def test_split_variants(device, kernel, kv_format, monkeypatch):
     # The CUDA op splits each token's TopK row over a cluster of 1, 2, 4 or 8 CTAs (chosen from the shapes) and
     # merges the parts by their LSE; MSA_SPARSE_DECODE_SPLITS forces a split count, MSA_SPARSE_DECODE_KERNEL=1
-    # the unsplit v1 kernel and MSA_SPARSE_DECODE_LEAN=1 the leaner ring (all read at every call). The CPU op
-    # ignores them: its run is the same case's twin.
+    # the unsplit v1 kernel and MSA_SPARSE_DECODE_LEAN=1 the leaner ring (all read at every call).
+    # MSA_SPARSE_DECODE_UNION=1 forces the union pass (one decode of each page for all tokens of a request, its
+    # pages split over the cluster), =0 keeps it off. The CPU op ignores them: its run is the same case's twin.
+    union, _, splits = kernel.partition("-") if kernel.startswith("union") else ("", "", kernel)
+    monkeypatch.setenv("MSA_SPARSE_DECODE_UNION", "1" if union else "0")
     if kernel == "v1":
         monkeypatch.setenv("MSA_SPARSE_DECODE_KERNEL", "1")
     elif kernel == "lean":  # one ring stage less, more CTAs per SM
         monkeypatch.setenv("MSA_SPARSE_DECODE_LEAN", "1")
-    else:
-        monkeypatch.setenv("MSA_SPARSE_DECODE_SPLITS", kernel.removeprefix("splits"))
+    elif splits:
+        monkeypatch.setenv("MSA_SPARSE_DECODE_SPLITS", splits.removeprefix("splits"))
     # GQA 16 with one 16-row block, GQA 32 (two blocks), GQA 8 (half a block); a row of 64 pages (at least two
     # CTAs: one walks <= 32 slots) and a row of 5 (more splits than slots); short, page-edge and long lengths.
     for i, (q_heads, kv_heads, topk) in enumerate([(32, 2, 16), (32, 1, 5), (16, 2, 64)]):
         case = make_sparse_decode_case([9000, 2049, 129, 1], q_len=4, q_heads=q_heads, kv_heads=kv_heads,
                                        kv_format=kv_format, topk=topk, seed=70 + i, device=device)
         _check_case(case, what=f"{kernel} {kv_format} {q_heads}/{kv_heads} W {topk}")
+    if union:  # Q = 8 (every warp of the union CTA owns a token), pages shared by most tokens, an odd Q
+        for i, (lens, q_len) in enumerate([([3000, 777, 8], 8), ([1500, 130], 7)]):
+            case = make_sparse_decode_case(lens, q_len=q_len, q_heads=16, kv_heads=2, kv_format=kv_format,
+                                           seed=80 + i, device=device)
+            _check_case(case, what=f"{kernel} {kv_format} Q {q_len}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("union", ["0", "1"])
+def test_cuda_bad_page_ids_give_nan(union, monkeypatch):
+    # The CUDA op cannot check topk / page_table values (no host sync): a (token, KV head) whose row meets a
+    # visible page past the page table, or a page-table entry outside the cache, gets NaN; every other row is exact.
+    if not torch._C._dispatch_has_kernel_for_dispatch_key("msa::sparse_decode", "CUDA"):
+        pytest.skip("msa::sparse_decode has no CUDA kernel in this build")
+    monkeypatch.setenv("MSA_SPARSE_DECODE_UNION", union)
+    q_len, kv_heads = 4, 2
+    case = make_sparse_decode_case([3000, 2000], q_len=q_len, q_heads=16, kv_heads=kv_heads, kv_format="nvfp4",
+                                   seed=91, device="cuda")
+    ref_out, ref_lse = _reference(case)
+    bad_page = int(case.topk[1, q_len + 2, 3])           # request 1: a page token 6 lists for KV head 1
+    case.page_table[1, bad_page] = case.k.shape[0]       # ... now maps outside the cache
+    # A table cut to 22 pages: request 0 (3000 tokens, local page 23) lists its local page past it.
+    q, k, v, topk, page_table, seq_lens = case.call_args()
+    out, lse = msa_ops.sparse_decode(q, k, v, topk, page_table[:, :22], seq_lens, **case.call_kwargs(),
+                                     return_lse=True)
+    broken = torch.zeros(case.tokens, kv_heads, dtype=torch.bool)
+    broken[:q_len] = True
+    topk = topk.cpu()
+    for t in range(q_len, 2 * q_len):
+        pos = int(seq_lens[1]) - q_len + t % q_len
+        for hk in range(kv_heads):
+            broken[t, hk] = bool(((topk[hk, t] == bad_page) & (bad_page <= pos // 128)).any())
+    assert bool(broken[q_len + 2, 1])
+    rows = broken.repeat_interleave(case.q_heads // kv_heads, dim=1)
+    out, lse = out.cpu(), lse.cpu()
+    assert bool(out[rows].isnan().all()) and bool(lse[rows].isnan().all())
+    assert_attention_close(out[~rows], ref_out[~rows], lse[~rows], ref_lse[~rows], what=f"union {union}")
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kv_format", KV_FORMATS)
-def test_repeatable(device, kv_format):
+@pytest.mark.parametrize("union", ["0", "1"])
+def test_repeatable(device, kv_format, union, monkeypatch):
+    monkeypatch.setenv("MSA_SPARSE_DECODE_UNION", union)  # the CUDA op's union pass off / forced
     case = make_sparse_decode_case([20_000, 3000, 700], q_len=8, q_heads=64, kv_heads=4, kv_format=kv_format,
                                    seed=61, device=device)
     runs = []

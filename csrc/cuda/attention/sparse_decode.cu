@@ -7,11 +7,19 @@
 // TopK slots). Knobs for benchmarks and tests: MSA_SPARSE_DECODE_SPLITS=1|2|4|8 forces the split count (raised
 // to ceil(W / 32) when lower); MSA_SPARSE_DECODE_KERNEL=1 selects the v1 kernel (one CTA per token, no split);
 // MSA_SPARSE_DECODE_LEAN=1 the split kernel with one ring stage less and more CTAs per SM (split::Shape).
+//
+// The union pass (sparse_decode_union_kernels.cuh: one cluster per request and KV head decodes each page once
+// for all the request's tokens) is for requests whose tokens share pages. MSA_SPARSE_DECODE_UNION=1 uses it whenever
+// it can serve the call (Q <= 8, Q x W <= 256, W <= 255, max_pages <= 8192, out rows 8-byte aligned), =2 by the
+// automatic rule (Q >= 4 tokens and a page table no wider than the TopK entries of a request, max_pages <= Q x W;
+// engines pass the table cut to the batch's longest request), =0 (the default until the warp-specialized version
+// is measured) never. MSA_SPARSE_DECODE_SPLITS sets its split count too (1-8).
 #include <algorithm>
 
 #include "cuda/attention/sparse_decode_kernels.cuh"
 #include "cuda/attention/sparse_decode_launch.h"
 #include "cuda/attention/sparse_decode_split_kernels.cuh"
+#include "cuda/attention/sparse_decode_union_kernels.cuh"
 
 namespace msa::attention {
 namespace {
@@ -28,6 +36,24 @@ LaunchStatus launch_v1(const SparseDecodeArgs& a, cudaStream_t stream) {
   const dim3 grid(a.tokens, a.kv_heads, (group + AttnConfig::kRows - 1) / AttnConfig::kRows);
   kernel<<<grid, AttnConfig::kThreads, kSmem, stream>>>(a);
   const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+  return LaunchStatus::ok();
+}
+
+// One launch of `kernel(a, splits)` in clusters of `splits` CTAs along x.
+template <typename Kernel>
+LaunchStatus launch_clusters(Kernel kernel, dim3 grid, int threads, int smem, int splits, const SparseDecodeArgs& a,
+                             cudaStream_t stream) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute = msa::cuda::cluster_attribute(splits);
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  cudaError_t err = cudaLaunchKernelEx(&config, kernel, a, splits);
+  if (err == cudaSuccess) err = cudaGetLastError();
   if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
   return LaunchStatus::ok();
 }
@@ -66,24 +92,60 @@ LaunchStatus launch_split(const SparseDecodeArgs& a, cudaStream_t stream) {
   const int group = a.q_heads / a.kv_heads;
   const int blocks = (group + split::Cfg::kRows - 1) / split::Cfg::kRows;
   const int units = a.tokens * a.kv_heads * blocks;
-  const int splits = choose_splits(a, units, wave);
+  int splits = choose_splits(a, units, wave);
+  // A cluster must sit inside one GPC: when the clusters would not all fit at once (measured with the union pass:
+  // 30 clusters of 4 one-CTA-per-SM CTAs fit on the H200, not 33), split less rather than run a second wave.
+  const int least = (a.topk_width + split::Cfg::kMaxSlots - 1) / split::Cfg::kMaxSlots;
+  while (splits > 1 && splits / 2 >= least && msa::cuda::env_choice("MSA_SPARSE_DECODE_SPLITS", {1, 2, 4, 8}, 0) == 0) {
+    int clusters = 0;
+    const LaunchStatus fit = msa::cuda::resident_clusters(reinterpret_cast<const void*>(kernel), split::Cfg::kThreads,
+                                                          kSmem, splits, clusters);
+    if (!fit.is_ok()) return fit;
+    if (units <= clusters) break;
+    splits /= 2;
+  }
 
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(a.tokens) * splits, a.kv_heads, blocks);
-  config.blockDim = dim3(split::Cfg::kThreads);
-  config.dynamicSmemBytes = kSmem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = splits;
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  cudaError_t err = cudaLaunchKernelEx(&config, kernel, a, splits);
-  if (err == cudaSuccess) err = cudaGetLastError();
-  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
-  return LaunchStatus::ok();
+  return launch_clusters(kernel, dim3(static_cast<unsigned>(a.tokens) * splits, a.kv_heads, blocks),
+                         split::Cfg::kThreads, kSmem, splits, a, stream);
+}
+
+bool use_union(const SparseDecodeArgs& a) {
+  using C = page_union::Cfg;
+  // Off by default until the warp-specialized version is measured on the H200 (2 = the automatic rule below).
+  const int knob = msa::cuda::env_choice("MSA_SPARSE_DECODE_UNION", {0, 1, 2}, 0);
+  const bool fits = a.q_len <= C::kMaxTokens && int64_t(a.q_len) * a.topk_width <= C::kMaxEntries &&
+                    a.topk_width <= C::kMaxWidth &&
+                    a.max_pages <= C::kMaxTablePages && a.out_rows_aligned;
+  if (knob == 0 || !fits) return false;
+  return knob == 1 || (a.q_len >= 4 && a.max_pages <= a.q_len * a.topk_width);
+}
+
+template <KvKind kKv>
+LaunchStatus launch_union(const SparseDecodeArgs& a, cudaStream_t stream) {
+  auto kernel = page_union::sparse_decode_union_kernel<kKv>;
+  constexpr int kSmem = page_union::Layout<kKv>::kSmemBytes;
+  const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel), kSmem);
+  if (!ready.is_ok()) return ready;
+  const int group = a.q_heads / a.kv_heads;
+  const int blocks = (group + page_union::Cfg::kRows - 1) / page_union::Cfg::kRows;
+  const int requests = a.tokens / a.q_len;
+  const int units = requests * a.kv_heads * blocks;
+  // A union's pages are dealt over a cluster of `splits` CTAs (1 per SM); a split repeats the union build and adds
+  // the merge. The most splits (<= 8) whose clusters all fit on the GPU at once: a cluster must sit inside one GPC,
+  // so e.g. 32 clusters of 4 may not all fit where 128 single CTAs would.
+  int splits = msa::cuda::env_choice("MSA_SPARSE_DECODE_SPLITS", {1, 2, 3, 4, 5, 6, 7, 8}, 0);
+  if (splits == 0) {
+    splits = 1;
+    for (int s = 2; s <= page_union::Cfg::kMaxSplits; ++s) {
+      int clusters = 0;
+      const LaunchStatus sized = msa::cuda::resident_clusters(reinterpret_cast<const void*>(kernel),
+                                                              page_union::Cfg::kThreads, kSmem, s, clusters);
+      if (!sized.is_ok()) return sized;
+      if (units <= clusters) splits = s;
+    }
+  }
+  return launch_clusters(kernel, dim3(static_cast<unsigned>(requests) * splits, a.kv_heads, blocks),
+                         page_union::Cfg::kThreads, kSmem, splits, a, stream);
 }
 
 template <KvKind kKv>
@@ -95,6 +157,7 @@ LaunchStatus launch_kind(const SparseDecodeArgs& a, cudaStream_t stream) {
   if (widest > (int64_t(1) << 24) || msa::cuda::env_choice("MSA_SPARSE_DECODE_KERNEL", {1, 2}, 2) == 1) {
     return launch_v1<kKv>(a, stream);
   }
+  if (use_union(a)) return launch_union<kKv>(a, stream);
   if (msa::cuda::env_choice("MSA_SPARSE_DECODE_LEAN", {0, 1}, 0) == 1) return launch_split<kKv, true>(a, stream);
   return launch_split<kKv, false>(a, stream);
 }

@@ -70,6 +70,7 @@ void sparse_decode_cuda(const at::Tensor& q_in, const at::Tensor& k, const at::T
   a.sm_scale_log2 = static_cast<float>(sm_scale * 1.4426950408889634);
   a.out = out.data_ptr();
   a.out_stride_t = out.stride(0), a.out_stride_h = out.stride(1);
+  a.out_rows_aligned = msa::cuda::rows_aligned(out, 8);
   if (lse.has_value()) {
     a.lse = lse->data_ptr<float>();
     a.lse_stride_t = lse->stride(0), a.lse_stride_h = lse->stride(1);

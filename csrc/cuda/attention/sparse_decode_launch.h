@@ -36,6 +36,7 @@ struct SparseDecodeArgs {
   float sm_scale_log2;  // sm_scale * log2(e)
   void* out;  // bf16 [T, Hq, 128], unit inner stride
   int64_t out_stride_t, out_stride_h;
+  bool out_rows_aligned;  // out rows start on 8-byte boundaries (the union pass stores 4 values at once)
   float* lse;  // [T, Hq] or nullptr
   int64_t lse_stride_t, lse_stride_h;
 };

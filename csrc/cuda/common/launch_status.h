@@ -104,4 +104,42 @@ inline LaunchStatus resident_blocks(const void* kernel, int threads, int dynamic
   return LaunchStatus::ok();
 }
 
+// Launch attribute: clusters of `cluster` CTAs along x.
+inline cudaLaunchAttribute cluster_attribute(int cluster) {
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = cluster;
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  return attribute;
+}
+
+// Clusters of `cluster` CTAs of `kernel` resident at once (cudaOccupancyMaxActiveClusters: a cluster must fit
+// inside one GPC, so this can be less than resident_blocks / cluster), cached per (kernel, device, cluster).
+inline LaunchStatus resident_clusters(const void* kernel, int threads, int dynamic_smem, int cluster, int& clusters) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, std::pair<int, int>>, int> cache;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(kernel, std::make_pair(device, cluster));
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(cluster);
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = dynamic_smem;
+    cudaLaunchAttribute attribute = cluster_attribute(cluster);
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    int n = 0;
+    err = cudaOccupancyMaxActiveClusters(&n, kernel, &config);
+    if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
+    it = cache.emplace(key, n).first;
+  }
+  clusters = it->second;
+  return LaunchStatus::ok();
+}
+
 }  // namespace msa::cuda

@@ -1,0 +1,683 @@
+// Sparse decode attention, union pass: one cluster of CTAs per (request, KV head, 16 query heads) walks the
+// union of the TopK pages of the request's Q <= 8 tokens, decoding each page's K/V once for all of them.
+// No torch includes.
+//
+// Why: the tokens of a decode step attend over 16 pages each, but at short contexts they share most of them
+// (B = 8, N = 4000: 31 distinct pages for 128 page reads). The per-token split kernel decodes every page read;
+// here each page (two units of 64 keys) is loaded once, decoded once into 16-bit K/V tiles in shared memory,
+// and every token that lists it runs its MMAs over the tiles.
+//
+// Grid: x = request * splits + split (a cluster of `splits` CTAs), y = KV head, z = block of 16 query heads.
+// Every CTA of a cluster builds the same union: a per-page token mask (bit t: token t lists the page and may see
+// it), compacted in page order into a list of pages and then of units (the second half of a page only when a
+// listing token sees past its key 63). CTA `split` takes units split, split + splits, ...
+//
+// Warp roles: 8 consumer warps (warp w owns token w: 16 query rows) and 4 producer warps. Producers load each unit
+// (cp.async into a private raw ring, zero fill past the last key any listing token sees) and decode it (NVFP4
+// through the per-scale E4M3 tables of the Q8KV4 dequant, E4M3 widened exactly) into a K tile and a V tile
+// [64 keys][128 dims] of fp16 (bf16 for BF16 KV, which lands in the tiles straight from cp.async) in a ring of tile
+// sets; mbarriers (full: the producers' stores, empty: every consumer is done) pace the ring, so the consumers run
+// independently of each other (a token's load varies from unit to unit; one block barrier per unit made every warp
+// wait for the busiest: measured, a third of all stall cycles). A consumer keeps q as A fragments in registers,
+// runs S = q K^T and O += P V with mma.sync m16n8k16 and ldmatrix fragments from the tiles, online softmax in base
+// 2 with its token's causal limit, and skips the units its token does not list. The CTAs of a cluster merge by
+// their LSE through distributed shared memory (as in the split kernel).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/attention/sparse_decode_launch.h"
+#include "cuda/attention/sparse_decode_split_kernels.cuh"  // pack2, fast_exp2, scale_byte
+#include "cuda/common/mma.cuh"
+#include "cuda/index/index_stream_kernels.cuh"  // the Q8KV4 decode: fill_product_tables, e2m1x8_to_e4m3x8
+
+namespace msa::attention::page_union {
+
+namespace cg = cooperative_groups;
+
+struct Cfg {
+  static constexpr int kConsumers = 8;                  // consumer warp w: token w of the request
+  static constexpr int kProducers = 4;                  // producer warps: loads and decode
+  static constexpr int kWarps = kConsumers + kProducers;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kProducerThreads = 32 * kProducers;
+  static constexpr int kDim = 128;
+  static constexpr int kPage = 128;
+  static constexpr int kKeys = 64;                      // keys per unit: half a page
+  static constexpr int kRows = 16;                      // query heads per token (the M of every MMA)
+  static constexpr int kMaxTokens = kConsumers;         // q_len <= 8
+  static constexpr int kMaxEntries = 256;               // q_len * topk_width: one TopK entry per thread
+  static constexpr int kMaxWidth = 255;                 // topk_width: a page's count per token fits 8 bits
+  static constexpr int kMaxTablePages = 8192;           // page-table width: the token counts fill <= 64 KB
+  static constexpr int kMaxSplits = 8;                  // portable cluster size
+  static constexpr int kTileBytes = kKeys * kDim * 2;   // one 16-bit K or V tile: 16 KB
+  static constexpr int kORow = kDim + 4;                // fp32 row stride of the merge record
+  static constexpr int kRecordRows = kMaxTokens * kRows;
+  static_assert(kMaxEntries <= kThreads);
+};
+
+// Unit entry: union page index << 8 | half << 7 | live keys (1..64: the last key a listing token sees, + 1).
+__device__ __forceinline__ int unit_page(int e) { return e >> 8; }
+__device__ __forceinline__ int unit_half(int e) { return (e >> 7) & 1; }
+__device__ __forceinline__ int unit_live(int e) { return e & 127; }
+
+// Union page entry: {physical page, logical page, then per token t the times its row lists the page (8 bits each:
+// rows are used as given, so a page listed twice is attended twice) in z (tokens 0-3) and w (tokens 4-7)}.
+__device__ __forceinline__ int entry_page(int4 e) { return e.y; }
+__device__ __forceinline__ int entry_count(int4 e, int t) {
+  return (static_cast<uint32_t>(t < 4 ? e.z : e.w) >> (8 * (t & 3))) & 0xFF;
+}
+__device__ __forceinline__ int entry_last_token(int4 e) {  // the highest listing token
+  return e.w != 0 ? 4 + (31 - __clz(e.w)) / 8 : (31 - __clz(e.z)) / 8;
+}
+
+// Raw bytes of one unit, per producer thread (a private ring: each producer decodes exactly what it loaded).
+// A unit's K (and V) rows hold 256 16-byte pieces for NVFP4 codes (row = piece / 4, dims 32 (piece % 4) + [0, 32)),
+// 512 for E4M3 (row = piece / 8, dims 16 (piece % 8) + [0, 16)), 1024 for BF16; producer thread p owns pieces
+// j * 128 + p, so that each warp load covers whole rows.
+template <KvKind kKv>
+struct Raw;
+
+// NVFP4: per piece 16 bytes of codes and the row's 8 scale bytes (the 4 pieces of a row load them alike:
+// cp.async moves 4, 8 or 16 bytes), for K and for V; 2 pieces per thread.
+template <>
+struct Raw<KvKind::kNvfp4> {
+  static constexpr int kPieces = 2;
+  static constexpr int kKOff = 0, kVOff = 16 * kPieces * Cfg::kProducerThreads;
+  static constexpr int kKsOff = 2 * kVOff, kVsOff = kKsOff + 8 * kPieces * Cfg::kProducerThreads;
+  static constexpr int kBytes = kVsOff + 8 * kPieces * Cfg::kProducerThreads;
+  static constexpr int kStages = 4;
+};
+
+// E4M3: 4 pieces of K, then 4 of V, per thread.
+template <>
+struct Raw<KvKind::kE4M3> {
+  static constexpr int kPieces = 4;
+  static constexpr int kBytes = 2 * 16 * kPieces * Cfg::kProducerThreads;
+  static constexpr int kStages = 3;
+};
+
+template <>
+struct Raw<KvKind::kBF16> {
+  static constexpr int kPieces = 8;
+  static constexpr int kBytes = 0;  // cp.async lands in the tiles
+  static constexpr int kStages = 0;
+};
+
+template <KvKind kKv>
+struct Layout {
+  static constexpr bool kDirect = kKv == KvKind::kBF16;
+  static constexpr int kSets = kDirect ? 6 : 4;  // ring of K + V tile pairs
+  static constexpr int kSetBytes = 2 * Cfg::kTileBytes;
+  static constexpr int kRawOff = kSets * kSetBytes;
+  static constexpr int kPipeBytes = kRawOff + Raw<kKv>::kStages * Raw<kKv>::kBytes;
+  // before the pipeline: the token counts (8 bytes per page, from 0); after it: the O record [token][row][kORow]
+  static_assert(Cfg::kMaxTablePages * 8 <= kPipeBytes);
+  static constexpr int kRecordBytes = Cfg::kRecordRows * Cfg::kORow * 4;
+  static constexpr int kTablesOff = kPipeBytes > kRecordBytes ? kPipeBytes : kRecordBytes;
+  static constexpr int kTablesBytes = kKv == KvKind::kNvfp4 ? 256 * 8 : 0;
+  static constexpr int kPagesOff = kTablesOff + kTablesBytes;              // int4 [kMaxEntries]
+  static constexpr int kUnitsOff = kPagesOff + Cfg::kMaxEntries * 16;      // int [2 * kMaxEntries]
+  static constexpr int kBarriersOff = kUnitsOff + 2 * Cfg::kMaxEntries * 4;  // full [kSets], empty [kSets]
+  static constexpr int kScalarsOff = kBarriersOff + 2 * kSets * 8;          // broken mask, warp counts
+  static constexpr int kStatsOff = kScalarsOff + 32 * 4;                   // m [kRecordRows], l [kRecordRows]
+  static constexpr int kCrossOff = kStatsOff + 2 * Cfg::kRecordRows * 4;   // w [splits][rows], m, l
+  static constexpr int kSmemBytes = kCrossOff + (Cfg::kMaxSplits + 2) * Cfg::kRecordRows * 4;
+  static_assert(kSmemBytes <= 227 * 1024);
+};
+
+// ---- helpers ---------------------------------------------------------------------------------------------
+
+using index::e4m3_hi_to_f16x2;
+using index::e4m3_lo_to_f16x2;
+using split::fast_exp2;
+using split::pack2;
+using split::scale_byte;
+
+// Byte offset of 16-byte chunk `chunk` (dims 8 chunk + [0, 8)) of row `row` in a tile of 256-byte rows: the chunk
+// index is XORed with row % 8, so that the 8 rows of an ldmatrix (and the decode stores) hit distinct banks.
+__device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
+  return static_cast<uint32_t>(row * 256 + ((chunk ^ (row & 7)) << 4));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t row_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(row_address));
+}
+
+__device__ __forceinline__ void st_shared16(uint32_t address, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// 16 E4M3 bytes -> the two 16-byte chunks of their fp16 values (exact).
+__device__ __forceinline__ void e4m3x16_to_f16(uint4 w, uint4& lo, uint4& hi) {
+  lo = make_uint4(e4m3_lo_to_f16x2(w.x), e4m3_hi_to_f16x2(w.x), e4m3_lo_to_f16x2(w.y), e4m3_hi_to_f16x2(w.y));
+  hi = make_uint4(e4m3_lo_to_f16x2(w.z), e4m3_hi_to_f16x2(w.z), e4m3_lo_to_f16x2(w.w), e4m3_hi_to_f16x2(w.w));
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Arrives once the thread's earlier cp.async have landed (counts as one of the barrier's expected arrivals).
+__device__ __forceinline__ void mbar_arrive_on_copies(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// Waits until the phase with this parity has completed. The loop is C++ (not a branch inside the asm), so the
+// compiler knows it and reconverges the warp after it: the .aligned ldmatrix / mma.sync that follow need the
+// whole warp converged (a hand-written asm spin loop left lanes diverged: wrong fragments, illegal instructions).
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+
+// Exclusive prefix over the block of `value` (>= 0) and the block's total; uses `counts[kWarps]` (shared) and
+// synchronises the block twice.
+__device__ __forceinline__ int block_exclusive_scan(int value, int* counts, int& total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int incl = value;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const int y = __shfl_up_sync(0xFFFFFFFFu, incl, d);
+    if (lane >= d) incl += y;
+  }
+  if (lane == 31) counts[warp] = incl;
+  __syncthreads();
+  int before = 0;
+  total = 0;
+#pragma unroll
+  for (int w = 0; w < Cfg::kWarps; ++w) {
+    const int c = counts[w];
+    before += w < warp ? c : 0;
+    total += c;
+  }
+  __syncthreads();  // counts may be reused
+  return before + incl - value;
+}
+
+// ---- loads and decode of one unit ------------------------------------------------------------------------
+
+// Cache pointers of a unit's first key row (page `physical`, KV head hk, key 64 half), per tensor.
+struct UnitRows {
+  const uint8_t *k, *v, *ks, *vs;
+};
+
+template <KvKind kKv>
+__device__ __forceinline__ UnitRows unit_rows(const SparseDecodeArgs& a, int hk, int64_t physical, int half) {
+  constexpr int64_t kElem = kKv == KvKind::kBF16 ? 2 : 1;
+  const int64_t key0 = int64_t(half) * Cfg::kKeys;
+  UnitRows r;
+  r.k = static_cast<const uint8_t*>(a.k) + (physical * a.k_stride_page + hk * a.k_stride_head + key0 * a.k_stride_token) * kElem;
+  r.v = static_cast<const uint8_t*>(a.v) + (physical * a.v_stride_page + hk * a.v_stride_head + key0 * a.v_stride_token) * kElem;
+  if constexpr (kKv == KvKind::kNvfp4) {
+    r.ks = a.k_scales + physical * a.ks_stride_page + hk * a.ks_stride_head + key0 * a.ks_stride_token;
+    r.vs = a.v_scales + physical * a.vs_stride_page + hk * a.vs_stride_head + key0 * a.vs_stride_token;
+  } else {
+    r.ks = r.vs = nullptr;
+  }
+  return r;
+}
+
+// Issues producer thread p's cp.async of unit `e` into `dst` (NVFP4 / E4M3: a raw stage; BF16: a tile set). Key
+// rows past the unit's live keys are zero-filled (their bytes may be unwritten cache, even NaN).
+template <KvKind kKv>
+__device__ __forceinline__ void issue_unit(const SparseDecodeArgs& a, int hk, const int4* pages, int e, int p,
+                                           uint32_t dst) {
+  using msa::cuda::cp_async16_ca;
+  using msa::cuda::cp_async8;
+  using R = Raw<kKv>;
+  constexpr int kP = Cfg::kProducerThreads;
+  const int live = unit_live(e);
+  const UnitRows r = unit_rows<kKv>(a, hk, pages[unit_page(e)].x, unit_half(e));
+#pragma unroll
+  for (int j = 0; j < R::kPieces; ++j) {
+    const int piece = j * kP + p;
+    if constexpr (kKv == KvKind::kNvfp4) {
+      const int row = piece >> 2, quarter = piece & 3;
+      const bool on = row < live;
+      cp_async16_ca(dst + R::kKOff + 16 * piece, r.k + row * a.k_stride_token + 16 * quarter, on);
+      cp_async16_ca(dst + R::kVOff + 16 * piece, r.v + row * a.v_stride_token + 16 * quarter, on);
+      cp_async8(dst + R::kKsOff + 8 * piece, r.ks + row * a.ks_stride_token, on);
+      cp_async8(dst + R::kVsOff + 8 * piece, r.vs + row * a.vs_stride_token, on);
+    } else if constexpr (kKv == KvKind::kE4M3) {
+      const int row = piece >> 3, c = piece & 7;
+      cp_async16_ca(dst + 16 * piece, r.k + row * a.k_stride_token + 16 * c, row < live);
+      cp_async16_ca(dst + 16 * (R::kPieces * kP + piece), r.v + row * a.v_stride_token + 16 * c, row < live);
+    } else {
+      const int row = piece >> 4, c = piece & 15;
+      cp_async16_ca(dst + tile_offset(row, c), r.k + row * a.k_stride_token * 2 + 16 * c, row < live);
+      cp_async16_ca(dst + Cfg::kTileBytes + tile_offset(row, c), r.v + row * a.v_stride_token * 2 + 16 * c,
+                    row < live);
+    }
+  }
+}
+
+// Decodes producer thread p's raw pieces of a landed stage into the K / V tiles of `set`.
+template <KvKind kKv>
+__device__ __forceinline__ void decode_unit(const uint8_t* raw, const uint2* tables, int p, uint32_t set) {
+  using R = Raw<kKv>;
+  constexpr int kP = Cfg::kProducerThreads;
+#pragma unroll
+  for (int j = 0; j < R::kPieces; ++j) {
+    const int piece = j * kP + p;
+    if constexpr (kKv == KvKind::kNvfp4) {
+      const int row = piece >> 2, quarter = piece & 3;
+#pragma unroll
+      for (int kv = 0; kv < 2; ++kv) {
+        const uint4 c = *reinterpret_cast<const uint4*>(raw + (kv ? R::kVOff : R::kKOff) + 16 * piece);
+        const uint8_t* scale = raw + (kv ? R::kVsOff : R::kKsOff) + 8 * piece + 2 * quarter;
+        const uint2 table[2] = {tables[scale_byte(scale)], tables[scale_byte(scale + 1)]};
+        const uint32_t words[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {  // word s: dims 32 quarter + 8 s + [0, 8) = chunk 4 quarter + s
+          uint32_t lo, hi;
+          index::e2m1x8_to_e4m3x8(words[s], table[s >> 1].x, table[s >> 1].y, lo, hi);
+          st_shared16(set + kv * Cfg::kTileBytes + tile_offset(row, 4 * quarter + s),
+                      make_uint4(e4m3_lo_to_f16x2(lo), e4m3_hi_to_f16x2(lo), e4m3_lo_to_f16x2(hi),
+                                 e4m3_hi_to_f16x2(hi)));
+        }
+      }
+    } else {
+      const int row = piece >> 3, c = piece & 7;
+#pragma unroll
+      for (int kv = 0; kv < 2; ++kv) {
+        uint4 lo, hi;
+        e4m3x16_to_f16(*reinterpret_cast<const uint4*>(raw + 16 * (kv * R::kPieces * kP + piece)), lo, hi);
+        st_shared16(set + kv * Cfg::kTileBytes + tile_offset(row, 2 * c), lo);
+        st_shared16(set + kv * Cfg::kTileBytes + tile_offset(row, 2 * c + 1), hi);
+      }
+    }
+  }
+}
+
+// q fragments (A of S = q K^T) of 16 rows straight from global memory: qa[kk] = rows g8 / g8 + 8, dims
+// 16 kk + 2 quad + {0, 1} (a0, a1) and + 8 (a2, a3); rows past `rows` (or of an inactive token) are zero.
+template <bool kBF16>
+__device__ __forceinline__ void load_query_fragments(const uint8_t* qrow, int64_t stride_h, int rows, bool active,
+                                                     uint32_t (&qa)[8][4]) {
+  const int lane = threadIdx.x & 31, g8 = lane >> 2, quad = lane & 3;
+#pragma unroll
+  for (int x = 0; x < 4; ++x) {
+    const int r = g8 + 8 * (x & 1);
+    const bool on = active && r < rows;
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      const int dim = 16 * kk + 2 * quad + 8 * (x >> 1);
+      if constexpr (kBF16) {
+        qa[kk][x] = on ? __ldg(reinterpret_cast<const uint32_t*>(qrow + (r * stride_h + dim) * 2)) : 0u;
+      } else {
+        const uint32_t pair = on ? __ldg(reinterpret_cast<const uint16_t*>(qrow + r * stride_h + dim)) : 0u;
+        qa[kk][x] = e4m3_lo_to_f16x2(pair);
+      }
+    }
+  }
+}
+
+// ---- the kernel ------------------------------------------------------------------------------------------
+
+template <KvKind kKv>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(const SparseDecodeArgs a, int splits) {
+  using L = Layout<kKv>;
+  using R = Raw<kKv>;
+  constexpr bool kBF16 = kKv == KvKind::kBF16;
+  constexpr int kSets = L::kSets;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t smem_base = msa::cuda::smem_u32(smem);
+  uint2* tables = reinterpret_cast<uint2*>(smem + L::kTablesOff);
+  int4* pages = reinterpret_cast<int4*>(smem + L::kPagesOff);
+  int* units = reinterpret_cast<int*>(smem + L::kUnitsOff);
+  const uint32_t full_bar = smem_base + L::kBarriersOff, empty_bar = full_bar + 8 * kSets;  // + 8 * set
+  int* broken_mask = reinterpret_cast<int*>(smem + L::kScalarsOff);
+  int* counts = broken_mask + 8;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, quad = lane & 3;
+  const int b = blockIdx.x / splits, split = blockIdx.x % splits, hk = blockIdx.y;
+  const int group = a.q_heads / a.kv_heads;
+  const int head0 = hk * group + blockIdx.z * Cfg::kRows;
+  const int rows = min(Cfg::kRows, hk * group + group - head0);
+  const int pos0 = a.seq_lens[b] - a.q_len;  // position of the request's token 0 (< 0: padding tokens)
+
+  // ---- the union: token counts per logical page, then the page list in page order, then the units ----
+  unsigned long long* marks = reinterpret_cast<unsigned long long*>(smem);
+  for (int p = tid; p < a.max_pages; p += Cfg::kThreads) marks[p] = 0;
+  if (tid == 0) {
+    *broken_mask = 0;
+    for (int set = 0; set < kSets; ++set) {
+      mbar_init(full_bar + 8 * set, Cfg::kProducerThreads);
+      mbar_init(empty_bar + 8 * set, Cfg::kConsumers);
+    }
+  }
+  if constexpr (kKv == KvKind::kNvfp4) index::fill_product_tables(tables);
+  __syncthreads();
+  if (tid < a.q_len * a.topk_width) {
+    const int t = tid / a.topk_width, slot = tid % a.topk_width;
+    const int pos = pos0 + t;
+    const int local = pos >= 0 ? pos / Cfg::kPage : -1;
+    const int page = a.topk[hk * a.topk_stride_h + int64_t(b * a.q_len + t) * a.topk_stride_t +
+                            int64_t(slot) * a.topk_stride_k];
+    if (page >= 0 && page <= local) {
+      if (page < a.max_pages) {
+        atomicAdd(&marks[page], 1ull << (8 * t));  // <= W <= 255 per token: no carry
+      } else {
+        atomicOr(broken_mask, 1 << t);
+      }
+    }
+  }
+  __syncthreads();
+  const int32_t* table_row = a.page_table + int64_t(b) * a.page_table_stride;
+  int n_pages = 0;  // block-uniform
+  for (int base = 0; base < a.max_pages; base += Cfg::kThreads) {
+    const int p = base + tid;
+    unsigned long long listed = p < a.max_pages ? marks[p] : 0;
+    int32_t physical = 0;
+    if (listed != 0) {
+      physical = table_row[p];
+      if (physical < 0 || physical >= a.physical_pages) {  // listed, visible, but outside the cache
+        int mask = 0;
+#pragma unroll
+        for (int t = 0; t < Cfg::kMaxTokens; ++t) mask |= ((listed >> (8 * t)) & 0xFF) != 0 ? 1 << t : 0;
+        atomicOr(broken_mask, mask);
+        listed = 0;
+      }
+    }
+    int found = 0;
+    const int at = n_pages + block_exclusive_scan(listed != 0 ? 1 : 0, counts, found);
+    if (listed != 0) {
+      pages[at] = make_int4(physical, p, static_cast<int>(listed & 0xFFFFFFFFu), static_cast<int>(listed >> 32));
+    }
+    n_pages += found;
+  }
+  int n_units = 0;
+  {
+    int mine_units = 0, live = 0;
+    if (tid < n_pages) {
+      const int4 e = pages[tid];  // written by another thread before the scan's barriers
+      const int last = entry_last_token(e);  // the listing token that sees furthest
+      live = min(Cfg::kPage, pos0 + last - entry_page(e) * Cfg::kPage + 1);
+      mine_units = live > Cfg::kKeys ? 2 : 1;
+    }
+    const int at = block_exclusive_scan(mine_units, counts, n_units);
+    if (tid < n_pages) {
+      units[at] = (tid << 8) | min(live, Cfg::kKeys);
+      if (mine_units == 2) units[at + 1] = (tid << 8) | (1 << 7) | (live - Cfg::kKeys);
+    }
+  }
+  const int broken = *broken_mask;  // final: the last write precedes the scans' barriers
+  __syncthreads();                  // units, and the marks are dead (their bytes become tiles)
+
+  const int mine = n_units > split ? (n_units - split + splits - 1) / splits : 0;
+  auto unit_at = [&](int k) { return units[split + k * splits]; };
+
+  const int t = warp;  // consumers: the token
+  const bool active = t < a.q_len;
+  float o[16][4];
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+
+  if (warp >= Cfg::kConsumers) {
+    // ---- producers: unit k into tile set k % kSets once every consumer is done with unit k - kSets ----
+    const int p = tid - Cfg::kConsumers * 32;
+    if constexpr (L::kDirect) {
+      for (int k = 0; k < mine; ++k) {
+        const int set = k % kSets;
+        if (k >= kSets) mbar_wait(empty_bar + 8 * set, ((k / kSets) - 1) & 1);
+        issue_unit<kKv>(a, hk, pages, unit_at(k), p, smem_base + set * L::kSetBytes);
+        mbar_arrive_on_copies(full_bar + 8 * set);
+      }
+      asm volatile("cp.async.wait_all;\n" ::: "memory");
+    } else {
+      constexpr int kRing = R::kStages;
+      const uint32_t raw_base = smem_base + L::kRawOff;
+#pragma unroll
+      for (int k = 0; k < kRing - 1; ++k) {
+        if (k < mine) issue_unit<kKv>(a, hk, pages, unit_at(k), p, raw_base + k * R::kBytes);
+        msa::cuda::cp_async_commit();
+      }
+      for (int k = 0; k < mine; ++k) {
+        const int set = k % kSets;
+        msa::cuda::cp_async_wait<kRing - 2>();  // unit k's raw bytes (this thread's own)
+        if (k >= kSets) mbar_wait(empty_bar + 8 * set, ((k / kSets) - 1) & 1);
+        decode_unit<kKv>(smem + L::kRawOff + (k % kRing) * R::kBytes, tables, p, smem_base + set * L::kSetBytes);
+        mbar_arrive(full_bar + 8 * set);
+        if (k + kRing - 1 < mine) {  // into the stage of unit k - 1, decoded by this thread last round
+          issue_unit<kKv>(a, hk, pages, unit_at(k + kRing - 1), p, raw_base + ((k + kRing - 1) % kRing) * R::kBytes);
+        }
+        msa::cuda::cp_async_commit();
+      }
+      msa::cuda::cp_async_wait<0>();
+    }
+  } else {
+    // ---- consumers ----
+    uint32_t qa[8][4];
+    const uint8_t* qrow = static_cast<const uint8_t*>(a.q) +
+                          (int64_t(b * a.q_len + min(t, a.q_len - 1)) * a.q_stride_t + int64_t(head0) * a.q_stride_h) *
+                              (kBF16 ? 2 : 1);
+    load_query_fragments<kBF16>(qrow, a.q_stride_h, rows, active, qa);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    const int pos = pos0 + t;
+
+    for (int k = 0; k < mine; ++k) {
+      const int set_index = k % kSets;
+      const uint32_t set = smem_base + set_index * L::kSetBytes;
+      const int e = unit_at(k);
+      const int4 entry = pages[unit_page(e)];
+      const int limit = pos - entry_page(entry) * Cfg::kPage - unit_half(e) * Cfg::kKeys;  // last key t sees
+      const int listed = entry_count(entry, t);
+      mbar_wait(full_bar + 8 * set_index, (k / kSets) & 1);
+      __syncwarp();
+      if (active && listed > 0 && limit >= 0) {  // warp-uniform
+        // A page listed m times counts m times: 2^(s + log2 m) = m 2^s.
+        const float bias = listed > 1 ? log2f(static_cast<float>(listed)) : 0.0f;
+        // S = q K^T over the unit's 64 keys: n-tile n = keys 8 n + [0, 8).
+        float s[8][4];
+#pragma unroll
+        for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {  // k-steps 2 kk, 2 kk + 1: chunks 4 kk + [0, 4)
+#pragma unroll
+          for (int n = 0; n < 8; ++n) {
+            uint32_t kb[4];
+            ldmatrix_x4(kb, set + tile_offset(8 * n + (lane & 7), 4 * kk + (lane >> 3)));
+            msa::cuda::mma_m16n8k16<kBF16>(s[n], qa[2 * kk], kb[0], kb[1]);
+            msa::cuda::mma_m16n8k16<kBF16>(s[n], qa[2 * kk + 1], kb[2], kb[3]);
+          }
+        }
+        // Online softmax in base 2: the thread holds rows g8 (x = 0, 1) and g8 + 8 (x = 2, 3), keys
+        // 8 n + 2 quad + x % 2.
+        float unit_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            s[n][x] = s[n][x] * a.sm_scale_log2 + bias;
+            if (limit < Cfg::kKeys - 1 && 8 * n + 2 * quad + (x & 1) > limit) s[n][x] = -INFINITY;
+            unit_max[x >> 1] = fmaxf(unit_max[x >> 1], s[n][x]);
+          }
+        }
+        bool grows = false;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          unit_max[h] = fmaxf(unit_max[h], __shfl_xor_sync(0xFFFFFFFFu, unit_max[h], 1));
+          unit_max[h] = fmaxf(unit_max[h], __shfl_xor_sync(0xFFFFFFFFu, unit_max[h], 2));
+          grows |= unit_max[h] > row_max[h];
+        }
+        if (__any_sync(0xFFFFFFFFu, grows)) {
+          float correction[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float new_max = fmaxf(row_max[h], unit_max[h]);
+            correction[h] = fast_exp2(row_max[h] - new_max);  // ex2(-inf) = 0 before the first key
+            row_max[h] = new_max;
+            row_sum[h] *= correction[h];
+          }
+#pragma unroll
+          for (int j = 0; j < 16; ++j) {
+            o[j][0] *= correction[0], o[j][1] *= correction[0];
+            o[j][2] *= correction[1], o[j][3] *= correction[1];
+          }
+        }
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            s[n][x] = fast_exp2(s[n][x] - row_max[x >> 1]);  // masked keys: ex2(-inf) = 0
+            row_sum[x >> 1] += s[n][x];
+          }
+        }
+        // O += P V: k-step kk = keys 16 kk + [0, 16) (P from S n-tiles 2 kk, 2 kk + 1); n-tile j = dims 8 j + [0, 8).
+        const uint32_t vtile = set + Cfg::kTileBytes;
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const uint32_t pa[4] = {pack2<kBF16>(s[2 * kk][0], s[2 * kk][1]), pack2<kBF16>(s[2 * kk][2], s[2 * kk][3]),
+                                  pack2<kBF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                  pack2<kBF16>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+          for (int jp = 0; jp < 8; ++jp) {  // matrices: keys + 0-7 / 8-15 (b0 / b1) of dims 16 jp + [0, 8) / [8, 16)
+            uint32_t vb[4];
+            msa::cuda::ldmatrix_x4_trans(vb, vtile + tile_offset(16 * kk + (lane & 15), 2 * jp + (lane >> 4)));
+            msa::cuda::mma_m16n8k16<kBF16>(o[2 * jp], pa, vb[0], vb[1]);
+            msa::cuda::mma_m16n8k16<kBF16>(o[2 * jp + 1], pa, vb[2], vb[3]);
+          }
+        }
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty_bar + 8 * set_index);  // this warp is done with the unit's tiles
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_sum[h] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[h], 1);
+      row_sum[h] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[h], 2);
+    }
+  }
+
+  const bool token_broken = (broken >> t) & 1;
+  auto out_row = [&](int token, int r) {
+    return reinterpret_cast<__nv_bfloat16*>(a.out) + int64_t(b * a.q_len + token) * a.out_stride_t +
+           int64_t(head0 + r) * a.out_stride_h;
+  };
+  auto write_lse = [&](int token, int r, float m, float total, bool bad) {
+    if (a.lse == nullptr) return;
+    const float lse = bad ? NAN : (total > 0.0f ? (m + log2f(total)) * 0.69314718055994531f : -INFINITY);
+    a.lse[int64_t(b * a.q_len + token) * a.lse_stride_t + int64_t(head0 + r) * a.lse_stride_h] = lse;
+  };
+
+  if (splits == 1) {  // the only CTA of its request: write from the registers
+    if (warp >= Cfg::kConsumers || !active) return;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = g8 + 8 * h;
+      if (r >= rows) continue;
+      const float total = row_sum[h];
+      const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+      __nv_bfloat16* dst = out_row(t, r);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const float x = token_broken ? NAN : o[j][2 * h] * inv, y = token_broken ? NAN : o[j][2 * h + 1] * inv;
+        *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j + 2 * quad) = __floats2bfloat162_rn(x, y);
+      }
+      if (quad == 0) write_lse(t, r, row_max[h], total, token_broken);
+    }
+    return;
+  }
+
+  // ---- merge the CTAs of the cluster: each writes its record, then finishes 1/splits of the values ----
+  float* stat_m = reinterpret_cast<float*>(smem + L::kStatsOff);
+  float* stat_l = stat_m + Cfg::kRecordRows;
+  float* record = reinterpret_cast<float*>(smem);
+  __syncthreads();  // every warp is done with the tiles
+  for (int h = 0; h < 2 && warp < Cfg::kConsumers; ++h) {
+    const int rr = t * Cfg::kRows + g8 + 8 * h;
+    if (quad == 0) stat_m[rr] = row_max[h], stat_l[rr] = row_sum[h];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      *reinterpret_cast<float2*>(record + rr * Cfg::kORow + 8 * j + 2 * quad) = make_float2(o[j][2 * h], o[j][2 * h + 1]);
+    }
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  const int ranks = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
+  float* cross_w = reinterpret_cast<float*>(smem + L::kCrossOff);  // [split][record row]
+  float* cross_m = cross_w + Cfg::kMaxSplits * Cfg::kRecordRows;
+  float* cross_l = cross_m + Cfg::kRecordRows;
+  const int record_rows = a.q_len * Cfg::kRows;
+  if (tid < record_rows) {
+    float mk[Cfg::kMaxSplits], lk[Cfg::kMaxSplits];
+#pragma unroll
+    for (int k = 0; k < Cfg::kMaxSplits; ++k) {  // all remote loads first: one round trip
+      if (k < ranks) {
+        mk[k] = cluster.map_shared_rank(stat_m, k)[tid];
+        lk[k] = cluster.map_shared_rank(stat_l, k)[tid];
+      }
+    }
+    float m = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < Cfg::kMaxSplits; ++k) m = k < ranks ? fmaxf(m, mk[k]) : m;
+    float total = 0.0f;
+#pragma unroll
+    for (int k = 0; k < Cfg::kMaxSplits; ++k) {
+      if (k < ranks) {
+        const float weight = m != -INFINITY ? exp2f(mk[k] - m) : 0.0f;
+        total += lk[k] * weight;
+        cross_w[k * Cfg::kRecordRows + tid] = weight;
+      }
+    }
+    cross_m[tid] = m, cross_l[tid] = total;
+  }
+  __syncthreads();
+  const int quads = record_rows * (Cfg::kDim / 4);  // 4 dims per item
+  const int span = (quads + ranks - 1) / ranks;
+  const int end = min(quads, (rank + 1) * span);
+  for (int idx = rank * span + tid; idx < end; idx += Cfg::kThreads) {
+    const int rr = idx >> 5, d = 4 * (idx & 31);
+    const int token = rr / Cfg::kRows, r = rr % Cfg::kRows;
+    if (r >= rows) continue;
+    float4 part[Cfg::kMaxSplits];
+#pragma unroll
+    for (int k = 0; k < Cfg::kMaxSplits; ++k) {
+      if (k < ranks) part[k] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(record, k) + rr * Cfg::kORow + d);
+    }
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int k = 0; k < Cfg::kMaxSplits; ++k) {
+      if (k < ranks) {
+        const float w = cross_w[k * Cfg::kRecordRows + rr];
+        acc.x += part[k].x * w, acc.y += part[k].y * w, acc.z += part[k].z * w, acc.w += part[k].w * w;
+      }
+    }
+    const float total = cross_l[rr];
+    const bool bad = (broken >> token) & 1;
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(bad ? NAN : acc.x * inv, bad ? NAN : acc.y * inv);
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(bad ? NAN : acc.z * inv, bad ? NAN : acc.w * inv);
+    uint2 packed;
+    packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+    packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(out_row(token, r) + d) = packed;
+    if (d == 0) write_lse(token, r, cross_m[rr], total, bad);
+  }
+  cluster.sync();  // peers may still be reading this CTA's record
+}
+
+}  // namespace msa::attention::page_union
