@@ -409,11 +409,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
     }
     n_pages += found;
   }
+  __syncthreads();  // the page list (written after the last scan's barriers)
   int n_units = 0;
   {
     int mine_units = 0, live = 0;
     if (tid < n_pages) {
-      const int4 e = pages[tid];  // written by another thread before the scan's barriers
+      const int4 e = pages[tid];
       const int last = entry_last_token(e);  // the listing token that sees furthest
       live = min(Cfg::kPage, pos0 + last - entry_page(e) * Cfg::kPage + 1);
       mine_units = live > Cfg::kKeys ? 2 : 1;
