@@ -58,24 +58,33 @@ LaunchStatus launch_clusters(Kernel kernel, dim3 grid, int threads, int smem, in
   return LaunchStatus::ok();
 }
 
-// `wave`: CTAs of the kernel resident on the GPU at once.
-int choose_splits(const SparseDecodeArgs& a, int units, int wave) {
+// Split count of the split kernel. `wave`: its CTAs resident on the GPU at once; `kernel`, `smem`: for the
+// number of its clusters that fit at once.
+LaunchStatus choose_splits(const SparseDecodeArgs& a, int units, int wave, const void* kernel, int smem,
+                           int& splits) {
   const int least = (a.topk_width + split::Cfg::kMaxSlots - 1) / split::Cfg::kMaxSlots;  // <= 2 for W <= 64
-  int splits = 1;
-  const int forced = msa::cuda::env_choice("MSA_SPARSE_DECODE_SPLITS", {1, 2, 4, 8}, 0);
-  if (forced > 0) {
-    splits = forced;
-  } else {
+  splits = msa::cuda::env_choice("MSA_SPARSE_DECODE_SPLITS", {1, 2, 4, 8}, 0);
+  if (splits == 0) {
     // Split only while fewer than half a wave of CTAs would run: every split repeats the CTA's fixed work (tables,
     // query, page list, the dependent loads before the first chunk, the cluster merge). Measured on the H200
     // (2026-12-02, 64/4, NVFP4 / FP8): B = 8 (256 units) takes 44 / 41 us with 1 split, 52 / 57 us with 2, 61 / 62
     // with 4; B = 1 (32 units) takes 31 / 26 us with 1 split, 16 / 15 us with 8.
+    splits = 1;
     while (splits < split::Cfg::kMaxSplits && 2 * splits <= a.topk_width && 2 * int64_t(units) * splits < wave) {
       splits *= 2;
     }
+    // A cluster must sit inside one GPC: when the clusters would not all fit at once (measured with the union pass:
+    // 30 clusters of 4 one-CTA-per-SM CTAs fit on the H200, not 33), split less rather than run a second wave.
+    while (splits > 1 && splits / 2 >= least) {
+      int clusters = 0;
+      const LaunchStatus fit = msa::cuda::resident_clusters(kernel, split::Cfg::kThreads, smem, splits, clusters);
+      if (!fit.is_ok()) return fit;
+      if (units <= clusters) break;
+      splits /= 2;
+    }
   }
   while (splits < least) splits *= 2;
-  return splits;
+  return LaunchStatus::ok();
 }
 
 template <KvKind kKv, bool kLean>
@@ -92,19 +101,9 @@ LaunchStatus launch_split(const SparseDecodeArgs& a, cudaStream_t stream) {
   const int group = a.q_heads / a.kv_heads;
   const int blocks = (group + split::Cfg::kRows - 1) / split::Cfg::kRows;
   const int units = a.tokens * a.kv_heads * blocks;
-  int splits = choose_splits(a, units, wave);
-  // A cluster must sit inside one GPC: when the clusters would not all fit at once (measured with the union pass:
-  // 30 clusters of 4 one-CTA-per-SM CTAs fit on the H200, not 33), split less rather than run a second wave.
-  const int least = (a.topk_width + split::Cfg::kMaxSlots - 1) / split::Cfg::kMaxSlots;
-  while (splits > 1 && splits / 2 >= least && msa::cuda::env_choice("MSA_SPARSE_DECODE_SPLITS", {1, 2, 4, 8}, 0) == 0) {
-    int clusters = 0;
-    const LaunchStatus fit = msa::cuda::resident_clusters(reinterpret_cast<const void*>(kernel), split::Cfg::kThreads,
-                                                          kSmem, splits, clusters);
-    if (!fit.is_ok()) return fit;
-    if (units <= clusters) break;
-    splits /= 2;
-  }
-
+  int splits = 1;
+  const LaunchStatus chosen = choose_splits(a, units, wave, reinterpret_cast<const void*>(kernel), kSmem, splits);
+  if (!chosen.is_ok()) return chosen;
   return launch_clusters(kernel, dim3(static_cast<unsigned>(a.tokens) * splits, a.kv_heads, blocks),
                          split::Cfg::kThreads, kSmem, splits, a, stream);
 }
@@ -136,12 +135,13 @@ LaunchStatus launch_union(const SparseDecodeArgs& a, cudaStream_t stream) {
   int splits = msa::cuda::env_choice("MSA_SPARSE_DECODE_SPLITS", {1, 2, 3, 4, 5, 6, 7, 8}, 0);
   if (splits == 0) {
     splits = 1;
-    for (int s = 2; s <= page_union::Cfg::kMaxSplits; ++s) {
+    for (int size = 2; size <= page_union::Cfg::kMaxSplits; ++size) {  // capacity falls as the size grows
       int clusters = 0;
       const LaunchStatus sized = msa::cuda::resident_clusters(reinterpret_cast<const void*>(kernel),
-                                                              page_union::Cfg::kThreads, kSmem, s, clusters);
+                                                              page_union::Cfg::kThreads, kSmem, size, clusters);
       if (!sized.is_ok()) return sized;
-      if (units <= clusters) splits = s;
+      if (units > clusters) break;
+      splits = size;
     }
   }
   return launch_clusters(kernel, dim3(static_cast<unsigned>(requests) * splits, a.kv_heads, blocks),

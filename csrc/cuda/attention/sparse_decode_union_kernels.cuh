@@ -138,6 +138,12 @@ using index::e4m3_lo_to_f16x2;
 using split::fast_exp2;
 using split::pack2;
 using split::scale_byte;
+using msa::cuda::ldmatrix_x4;
+using msa::cuda::mbar_arrive;
+using msa::cuda::mbar_arrive_on_copies;
+using msa::cuda::mbar_init;
+using msa::cuda::mbar_wait;
+using msa::cuda::st_shared16;
 
 // Byte offset of 16-byte chunk `chunk` (dims 8 chunk + [0, 8)) of row `row` in a tile of 256-byte rows: the chunk
 // index is XORed with row % 8, so that the 8 rows of an ldmatrix (and the decode stores) hit distinct banks.
@@ -145,52 +151,10 @@ __device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
   return static_cast<uint32_t>(row * 256 + ((chunk ^ (row & 7)) << 4));
 }
 
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t row_address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(row_address));
-}
-
-__device__ __forceinline__ void st_shared16(uint32_t address, uint4 v) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
-
 // 16 E4M3 bytes -> the two 16-byte chunks of their fp16 values (exact).
 __device__ __forceinline__ void e4m3x16_to_f16(uint4 w, uint4& lo, uint4& hi) {
   lo = make_uint4(e4m3_lo_to_f16x2(w.x), e4m3_hi_to_f16x2(w.x), e4m3_lo_to_f16x2(w.y), e4m3_hi_to_f16x2(w.y));
   hi = make_uint4(e4m3_lo_to_f16x2(w.z), e4m3_hi_to_f16x2(w.z), e4m3_lo_to_f16x2(w.w), e4m3_hi_to_f16x2(w.w));
-}
-
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Arrives once the thread's earlier cp.async have landed (counts as one of the barrier's expected arrivals).
-__device__ __forceinline__ void mbar_arrive_on_copies(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-// Waits until the phase with this parity has completed. The loop is C++ (not a branch inside the asm), so the
-// compiler knows it and reconverges the warp after it: the .aligned ldmatrix / mma.sync that follow need the
-// whole warp converged (a hand-written asm spin loop left lanes diverged: wrong fragments, illegal instructions).
-__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  while (!mbar_try_wait(bar, parity)) {
-  }
 }
 
 // Exclusive prefix over the block of `value` (>= 0) and the block's total; uses `counts[kWarps]` (shared) and
@@ -229,8 +193,10 @@ __device__ __forceinline__ UnitRows unit_rows(const SparseDecodeArgs& a, int hk,
   constexpr int64_t kElem = kKv == KvKind::kBF16 ? 2 : 1;
   const int64_t key0 = int64_t(half) * Cfg::kKeys;
   UnitRows r;
-  r.k = static_cast<const uint8_t*>(a.k) + (physical * a.k_stride_page + hk * a.k_stride_head + key0 * a.k_stride_token) * kElem;
-  r.v = static_cast<const uint8_t*>(a.v) + (physical * a.v_stride_page + hk * a.v_stride_head + key0 * a.v_stride_token) * kElem;
+  r.k = static_cast<const uint8_t*>(a.k) +
+        (physical * a.k_stride_page + hk * a.k_stride_head + key0 * a.k_stride_token) * kElem;
+  r.v = static_cast<const uint8_t*>(a.v) +
+        (physical * a.v_stride_page + hk * a.v_stride_head + key0 * a.v_stride_token) * kElem;
   if constexpr (kKv == KvKind::kNvfp4) {
     r.ks = a.k_scales + physical * a.ks_stride_page + hk * a.ks_stride_head + key0 * a.ks_stride_token;
     r.vs = a.v_scales + physical * a.vs_stride_page + hk * a.vs_stride_head + key0 * a.vs_stride_token;
@@ -613,7 +579,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
     if (quad == 0) stat_m[rr] = row_max[h], stat_l[rr] = row_sum[h];
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-      *reinterpret_cast<float2*>(record + rr * Cfg::kORow + 8 * j + 2 * quad) = make_float2(o[j][2 * h], o[j][2 * h + 1]);
+      *reinterpret_cast<float2*>(record + rr * Cfg::kORow + 8 * j + 2 * quad) =
+          make_float2(o[j][2 * h], o[j][2 * h + 1]);
     }
   }
   cg::cluster_group cluster = cg::this_cluster();
@@ -657,7 +624,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
     float4 part[Cfg::kMaxSplits];
 #pragma unroll
     for (int k = 0; k < Cfg::kMaxSplits; ++k) {
-      if (k < ranks) part[k] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(record, k) + rr * Cfg::kORow + d);
+      if (k < ranks) {
+        part[k] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(record, k) + rr * Cfg::kORow + d);
+      }
     }
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
