@@ -268,8 +268,9 @@ def test_split_variants(device, kernel, kv_format, monkeypatch):
         case = make_sparse_decode_case([9000, 2049, 129, 1], q_len=4, q_heads=q_heads, kv_heads=kv_heads,
                                        kv_format=kv_format, topk=topk, seed=70 + i, device=device)
         _check_case(case, what=f"{kernel} {kv_format} {q_heads}/{kv_heads} W {topk}")
-    if union:  # Q = 8 (every warp of the union CTA owns a token), pages shared by most tokens, an odd Q
-        for i, (lens, q_len) in enumerate([([3000, 777, 8], 8), ([1500, 130], 7)]):
+    if union:  # Q = 8 (every warp of the union CTA owns a token), pages shared by most tokens, an odd Q; Q = 1 and
+        # Q = 5 (a warpgroup of the union CTA with no token / one token of four)
+        for i, (lens, q_len) in enumerate([([3000, 777, 8], 8), ([1500, 130], 7), ([600, 2000], 1), ([4000], 5)]):
             case = make_sparse_decode_case(lens, q_len=q_len, q_heads=16, kv_heads=2, kv_format=kv_format,
                                            seed=80 + i, device=device)
             _check_case(case, what=f"{kernel} {kv_format} Q {q_len}")

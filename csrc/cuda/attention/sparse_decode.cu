@@ -116,6 +116,8 @@ bool use_union(const SparseDecodeArgs& a) {
                     a.topk_width <= C::kMaxWidth &&
                     a.max_pages <= C::kMaxTablePages && a.out_rows_aligned;
   if (knob == 0 || !fits) return false;
+  msa::cuda::DeviceInfo device;  // the union pass runs on wgmma: Hopper only
+  if (!msa::cuda::current_device_info(device).is_ok() || device.cc_major != 9) return false;
   return knob == 1 || (a.q_len >= 4 && a.max_pages <= a.q_len * a.topk_width);
 }
 

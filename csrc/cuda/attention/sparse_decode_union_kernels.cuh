@@ -12,16 +12,22 @@
 // it), compacted in page order into a list of pages and then of units (the second half of a page only when a
 // listing token sees past its key 63). CTA `split` takes units split, split + splits, ...
 //
-// Warp roles: 8 consumer warps (warp w owns token w: 16 query rows) and 4 producer warps. Producers load each unit
-// (cp.async into a private raw ring, zero fill past the last key any listing token sees) and decode it (NVFP4
-// through the per-scale E4M3 tables of the Q8KV4 dequant, E4M3 widened exactly) into a K tile and a V tile
-// [64 keys][128 dims] of fp16 (bf16 for BF16 KV, which lands in the tiles straight from cp.async) in a ring of tile
-// sets; mbarriers (full: the producers' stores, empty: every consumer is done) pace the ring, so the consumers run
-// independently of each other (a token's load varies from unit to unit; one block barrier per unit made every warp
-// wait for the busiest: measured, a third of all stall cycles). A consumer keeps q as A fragments in registers,
-// runs S = q K^T and O += P V with mma.sync m16n8k16 and ldmatrix fragments from the tiles, online softmax in base
-// 2 with its token's causal limit, and skips the units its token does not list. The CTAs of a cluster merge by
+// Warp roles: two consumer warpgroups (warps 0-3: tokens 0-3, warps 4-7: tokens 4-7; warp w owns token w's 16
+// query rows) and one producer warpgroup (warps 8-11). Producers load each unit (cp.async into a private raw ring,
+// zero fill past the last key any listing token sees) and decode it (NVFP4 through the per-scale E4M3 tables of the
+// Q8KV4 dequant, E4M3 widened exactly) into a K tile and a V tile [64 keys][128 dims] of fp16 (bf16 for BF16 KV,
+// which lands in the tiles straight from cp.async) in the wgmma 128-byte-swizzle layout, in a ring of tile sets;
+// mbarriers (full: the producers' stores, empty: every consumer warp is done) pace the ring. A consumer warpgroup
+// runs a unit when any of its 4 tokens lists it: S = q K^T (wgmma m64n64k16, q as register A fragments, the K tile
+// as K-major B), online softmax in base 2 per warp with its token's causal limit (a warp whose token does not
+// list the unit contributes P = 0), O += P V (wgmma m64n128k16, P from registers, the V tile as MN-major B).
+// setmaxnreg moves registers from the producers to the consumers (O and S accumulators). Hopper (sm_90a) only:
+// other targets compile a trap and the launcher never picks the union pass there. The CTAs of a cluster merge by
 // their LSE through distributed shared memory (as in the split kernel).
+//
+// History: the first version ran one mma.sync consumer warp per token (ldmatrix from the tiles): 2-4x slower per
+// unit than the tensor cores allow (a warp's S -> softmax -> PV chain is serial and 2 warps per scheduler cannot
+// hide it); measured in bench/NOTES.md (v2.4, v2.5).
 #pragma once
 
 #include <cmath>
@@ -34,6 +40,7 @@
 #include "cuda/attention/sparse_decode_launch.h"
 #include "cuda/attention/sparse_decode_split_kernels.cuh"  // pack2, fast_exp2, scale_byte
 #include "cuda/common/mma.cuh"
+#include "cuda/common/wgmma.cuh"
 #include "cuda/index/index_stream_kernels.cuh"  // the Q8KV4 decode: fill_product_tables, e2m1x8_to_e4m3x8
 
 namespace msa::attention::page_union {
@@ -55,10 +62,16 @@ struct Cfg {
   static constexpr int kMaxWidth = 255;                 // topk_width: a page's count per token fits 8 bits
   static constexpr int kMaxTablePages = 8192;           // page-table width: the token counts fill <= 64 KB
   static constexpr int kMaxSplits = 8;                  // portable cluster size
+  // Registers per thread (setmaxnreg) while the roles run: 168 at launch (one CTA per SM); the producers give
+  // back what the consumers' wgmma accumulators need: the CTA's pool is its launch allocation, 384 x 168, so
+  // 256 x (208 - 168) <= 128 x (168 - 80) (an .inc beyond what was given back would wait forever).
+  static constexpr int kConsumerRegs = 208, kProducerRegs = 80, kLaunchRegs = 168;
   static constexpr int kTileBytes = kKeys * kDim * 2;   // one 16-bit K or V tile: 16 KB
   static constexpr int kORow = kDim + 4;                // fp32 row stride of the merge record
   static constexpr int kRecordRows = kMaxTokens * kRows;
   static_assert(kMaxEntries <= kThreads);
+  static_assert(32 * kConsumers * (kConsumerRegs - kLaunchRegs) <= 32 * kProducers * (kLaunchRegs - kProducerRegs) &&
+                kLaunchRegs * kThreads <= 65536);
 };
 
 // Unit entry: union page index << 8 | half << 7 | live keys (1..64: the last key a listing token sees, + 1).
@@ -138,17 +151,18 @@ using index::e4m3_lo_to_f16x2;
 using split::fast_exp2;
 using split::pack2;
 using split::scale_byte;
-using msa::cuda::ldmatrix_x4;
 using msa::cuda::mbar_arrive;
 using msa::cuda::mbar_arrive_on_copies;
 using msa::cuda::mbar_init;
 using msa::cuda::mbar_wait;
 using msa::cuda::st_shared16;
 
-// Byte offset of 16-byte chunk `chunk` (dims 8 chunk + [0, 8)) of row `row` in a tile of 256-byte rows: the chunk
-// index is XORed with row % 8, so that the 8 rows of an ldmatrix (and the decode stores) hit distinct banks.
+// Byte offset of 16-byte chunk `chunk` (dims 8 chunk + [0, 8)) of key `row` in a 16-bit K or V tile [64 keys][128 dims]:
+// the wgmma 128-byte-swizzle layout, two column blocks of 64 dims (8 KB each: dims 0-63, then 64-127), 128-byte
+// rows, the chunk index within a row XORed with row % 8 (so the decode stores of 8 rows or of 8 chunks hit distinct
+// banks). The same tile is K-major B of S = q K^T and MN-major B of O += P V.
 __device__ __forceinline__ uint32_t tile_offset(int row, int chunk) {
-  return static_cast<uint32_t>(row * 256 + ((chunk ^ (row & 7)) << 4));
+  return static_cast<uint32_t>((chunk >> 3) * 8192 + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
 }
 
 // 16 E4M3 bytes -> the two 16-byte chunks of their fp16 values (exact).
@@ -305,11 +319,13 @@ __device__ __forceinline__ void load_query_fragments(const uint8_t* qrow, int64_
 
 template <KvKind kKv>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(const SparseDecodeArgs a, int splits) {
+#if MSA_WGMMA
   using L = Layout<kKv>;
   using R = Raw<kKv>;
   constexpr bool kBF16 = kKv == KvKind::kBF16;
   constexpr int kSets = L::kSets;
-  extern __shared__ __align__(128) uint8_t smem[];
+  extern __shared__ __align__(1024) uint8_t union_smem[];  // tile sets: 1024-byte aligned (128-byte swizzle)
+  uint8_t* smem = union_smem;
   const uint32_t smem_base = msa::cuda::smem_u32(smem);
   uint2* tables = reinterpret_cast<uint2*>(smem + L::kTablesOff);
   int4* pages = reinterpret_cast<int4*>(smem + L::kPagesOff);
@@ -324,6 +340,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
   const int head0 = hk * group + blockIdx.z * Cfg::kRows;
   const int rows = min(Cfg::kRows, hk * group + group - head0);
   const int pos0 = a.seq_lens[b] - a.q_len;  // position of the request's token 0 (< 0: padding tokens)
+  const int t = warp;  // consumers: the token
+  const bool active = t < a.q_len;
+  // Loads that do not depend on the union, issued first so that their latency overlaps the build: the page-table
+  // entries of the first kThreads pages, and the consumers' q fragments.
+  const int32_t* table_row = a.page_table + int64_t(b) * a.page_table_stride;
+  const int32_t first_physical = tid < a.max_pages ? __ldg(table_row + tid) : 0;
+  uint32_t qa[8][4];
+  if (warp < Cfg::kConsumers) {
+    const uint8_t* qrow = static_cast<const uint8_t*>(a.q) +
+                          (int64_t(b * a.q_len + min(t, a.q_len - 1)) * a.q_stride_t + int64_t(head0) * a.q_stride_h) *
+                              (kBF16 ? 2 : 1);
+    load_query_fragments<kBF16>(qrow, a.q_stride_h, rows, active, qa);
+  }
 
   // ---- the union: token counts per logical page, then the page list in page order, then the units ----
   unsigned long long* marks = reinterpret_cast<unsigned long long*>(smem);
@@ -352,14 +381,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
     }
   }
   __syncthreads();
-  const int32_t* table_row = a.page_table + int64_t(b) * a.page_table_stride;
   int n_pages = 0;  // block-uniform
   for (int base = 0; base < a.max_pages; base += Cfg::kThreads) {
     const int p = base + tid;
     unsigned long long listed = p < a.max_pages ? marks[p] : 0;
     int32_t physical = 0;
     if (listed != 0) {
-      physical = table_row[p];
+      physical = base == 0 ? first_physical : table_row[p];
       if (physical < 0 || physical >= a.physical_pages) {  // listed, visible, but outside the cache
         int mask = 0;
 #pragma unroll
@@ -397,22 +425,32 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
   const int mine = n_units > split ? (n_units - split + splits - 1) / splits : 0;
   auto unit_at = [&](int k) { return units[split + k * splits]; };
 
-  const int t = warp;  // consumers: the token
-  const bool active = t < a.q_len;
-  float o[16][4];
+  float o[64];  // consumers: O of the warp's 16 rows, o[4 j + x] as the S accumulators (dims 8 j + ...)
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
 
   if (warp >= Cfg::kConsumers) {
     // ---- producers: unit k into tile set k % kSets once every consumer is done with unit k - kSets ----
     const int p = tid - Cfg::kConsumers * 32;
+    msa::cuda::setmaxnreg_dec<Cfg::kProducerRegs>();
     if constexpr (L::kDirect) {
-      for (int k = 0; k < mine; ++k) {
-        const int set = k % kSets;
-        if (k >= kSets) mbar_wait(empty_bar + 8 * set, ((k / kSets) - 1) & 1);
-        issue_unit<kKv>(a, hk, pages, unit_at(k), p, smem_base + set * L::kSetBytes);
-        mbar_arrive_on_copies(full_bar + 8 * set);
+      // cp.async straight into the tiles; unit k is handed over once this thread's copies of it have landed
+      // (cp.async writes through the generic proxy: each thread fences them for the consumers' wgmma).
+      constexpr int kAhead = kSets - 1;  // units in flight
+      for (int k = 0; k < mine + kAhead - 1; ++k) {
+        if (k < mine) {
+          const int set = k % kSets;
+          if (k >= kSets) mbar_wait(empty_bar + 8 * set, ((k / kSets) - 1) & 1);
+          issue_unit<kKv>(a, hk, pages, unit_at(k), p, smem_base + set * L::kSetBytes);
+        }
+        msa::cuda::cp_async_commit();
+        const int ready = k - (kAhead - 1);
+        if (ready >= 0) {
+          msa::cuda::cp_async_wait<kAhead - 1>();  // unit `ready`'s copies (this thread's own)
+          msa::cuda::fence_proxy_async_shared();
+          mbar_arrive(full_bar + 8 * (ready % kSets));
+        }
       }
-      asm volatile("cp.async.wait_all;\n" ::: "memory");
+      msa::cuda::cp_async_wait<0>();
     } else {
       constexpr int kRing = R::kStages;
       const uint32_t raw_base = smem_base + L::kRawOff;
@@ -426,6 +464,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
         msa::cuda::cp_async_wait<kRing - 2>();  // unit k's raw bytes (this thread's own)
         if (k >= kSets) mbar_wait(empty_bar + 8 * set, ((k / kSets) - 1) & 1);
         decode_unit<kKv>(smem + L::kRawOff + (k % kRing) * R::kBytes, tables, p, smem_base + set * L::kSetBytes);
+        msa::cuda::fence_proxy_async_shared();  // the tiles are read by wgmma (async proxy)
         mbar_arrive(full_bar + 8 * set);
         if (k + kRing - 1 < mine) {  // into the stage of unit k - 1, decoded by this thread last round
           issue_unit<kKv>(a, hk, pages, unit_at(k + kRing - 1), p, raw_base + ((k + kRing - 1) % kRing) * R::kBytes);
@@ -434,104 +473,109 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
       }
       msa::cuda::cp_async_wait<0>();
     }
+    msa::cuda::setmaxnreg_inc<Cfg::kLaunchRegs>();  // back for the shared epilogue (waits for the consumers)
   } else {
-    // ---- consumers ----
-    uint32_t qa[8][4];
-    const uint8_t* qrow = static_cast<const uint8_t*>(a.q) +
-                          (int64_t(b * a.q_len + min(t, a.q_len - 1)) * a.q_stride_t + int64_t(head0) * a.q_stride_h) *
-                              (kBF16 ? 2 : 1);
-    load_query_fragments<kBF16>(qrow, a.q_stride_h, rows, active, qa);
+    // ---- consumers: warpgroup g = warps 4 g + [0, 4) = tokens 4 g + [0, 4), 64 query rows ----
+    msa::cuda::setmaxnreg_inc<Cfg::kConsumerRegs>();
 #pragma unroll
-    for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    for (int i = 0; i < 64; ++i) o[i] = 0.0f;
     const int pos = pos0 + t;
+    const int first_token = warp & ~3;
 
     for (int k = 0; k < mine; ++k) {
       const int set_index = k % kSets;
       const uint32_t set = smem_base + set_index * L::kSetBytes;
       const int e = unit_at(k);
       const int4 entry = pages[unit_page(e)];
-      const int limit = pos - entry_page(entry) * Cfg::kPage - unit_half(e) * Cfg::kKeys;  // last key t sees
+      const int key0 = entry_page(entry) * Cfg::kPage + unit_half(e) * Cfg::kKeys;
+      // The warpgroup runs the unit when any of its tokens attends it (from shared data: uniform over the group).
+      bool group_attends = false;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int tu = first_token + u;
+        group_attends |= tu < a.q_len && entry_count(entry, tu) > 0 && pos0 + tu >= key0;
+      }
+      const int limit = pos - key0;  // the last key of the unit token t sees
       const int listed = entry_count(entry, t);
       mbar_wait(full_bar + 8 * set_index, (k / kSets) & 1);
       __syncwarp();
-      if (active && listed > 0 && limit >= 0) {  // warp-uniform
-        // A page listed m times counts m times: 2^(s + log2 m) = m 2^s.
-        const float bias = listed > 1 ? log2f(static_cast<float>(listed)) : 0.0f;
-        // S = q K^T over the unit's 64 keys: n-tile n = keys 8 n + [0, 8).
-        float s[8][4];
+      if (group_attends) {
+        // S = q K^T over the unit's 64 keys (K tile: K-major B; k-step kk = dims 16 kk + [0, 16)): s[4 n + x] =
+        // rows g8 (x = 0, 1) / g8 + 8 (x = 2, 3) of this warp's token, keys 8 n + 2 quad + x % 2.
+        float s[32];
+        msa::cuda::wgmma_fence();
 #pragma unroll
-        for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        for (int kk = 0; kk < 8; ++kk) {
+          const uint64_t desc = msa::cuda::wgmma_desc_sw128(set + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024);
+          msa::cuda::wgmma_m64n64k16<kBF16, false>(s, qa[kk], desc, kk > 0);
+        }
+        msa::cuda::wgmma_commit();
+        msa::cuda::wgmma_wait<0>();
+        msa::cuda::wgmma_fence_operands(s);
+        uint32_t pa[4][4];
+        if (active && listed > 0 && limit >= 0) {  // warp-uniform
+          // A page listed m times counts m times: 2^(s + log2 m) = m 2^s.
+          const float bias = listed > 1 ? log2f(static_cast<float>(listed)) : 0.0f;
+          float unit_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {  // k-steps 2 kk, 2 kk + 1: chunks 4 kk + [0, 4)
-#pragma unroll
-          for (int n = 0; n < 8; ++n) {
-            uint32_t kb[4];
-            ldmatrix_x4(kb, set + tile_offset(8 * n + (lane & 7), 4 * kk + (lane >> 3)));
-            msa::cuda::mma_m16n8k16<kBF16>(s[n], qa[2 * kk], kb[0], kb[1]);
-            msa::cuda::mma_m16n8k16<kBF16>(s[n], qa[2 * kk + 1], kb[2], kb[3]);
+          for (int i = 0; i < 32; ++i) {
+            s[i] = s[i] * a.sm_scale_log2 + bias;
+            if (limit < Cfg::kKeys - 1 && 8 * (i >> 2) + 2 * quad + (i & 1) > limit) s[i] = -INFINITY;
+            unit_max[(i >> 1) & 1] = fmaxf(unit_max[(i >> 1) & 1], s[i]);
           }
-        }
-        // Online softmax in base 2: the thread holds rows g8 (x = 0, 1) and g8 + 8 (x = 2, 3), keys
-        // 8 n + 2 quad + x % 2.
-        float unit_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-#pragma unroll
-          for (int x = 0; x < 4; ++x) {
-            s[n][x] = s[n][x] * a.sm_scale_log2 + bias;
-            if (limit < Cfg::kKeys - 1 && 8 * n + 2 * quad + (x & 1) > limit) s[n][x] = -INFINITY;
-            unit_max[x >> 1] = fmaxf(unit_max[x >> 1], s[n][x]);
-          }
-        }
-        bool grows = false;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          unit_max[h] = fmaxf(unit_max[h], __shfl_xor_sync(0xFFFFFFFFu, unit_max[h], 1));
-          unit_max[h] = fmaxf(unit_max[h], __shfl_xor_sync(0xFFFFFFFFu, unit_max[h], 2));
-          grows |= unit_max[h] > row_max[h];
-        }
-        if (__any_sync(0xFFFFFFFFu, grows)) {
-          float correction[2];
+          bool grows = false;
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const float new_max = fmaxf(row_max[h], unit_max[h]);
-            correction[h] = fast_exp2(row_max[h] - new_max);  // ex2(-inf) = 0 before the first key
-            row_max[h] = new_max;
-            row_sum[h] *= correction[h];
+            unit_max[h] = fmaxf(unit_max[h], __shfl_xor_sync(0xFFFFFFFFu, unit_max[h], 1));
+            unit_max[h] = fmaxf(unit_max[h], __shfl_xor_sync(0xFFFFFFFFu, unit_max[h], 2));
+            grows |= unit_max[h] > row_max[h];
+          }
+          if (__any_sync(0xFFFFFFFFu, grows)) {
+            float correction[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const float new_max = fmaxf(row_max[h], unit_max[h]);
+              correction[h] = fast_exp2(row_max[h] - new_max);  // ex2(-inf) = 0 before the first key
+              row_max[h] = new_max;
+              row_sum[h] *= correction[h];
+            }
+#pragma unroll
+            for (int i = 0; i < 64; ++i) o[i] *= correction[(i >> 1) & 1];
           }
 #pragma unroll
-          for (int j = 0; j < 16; ++j) {
-            o[j][0] *= correction[0], o[j][1] *= correction[0];
-            o[j][2] *= correction[1], o[j][3] *= correction[1];
+          for (int i = 0; i < 32; ++i) {
+            s[i] = fast_exp2(s[i] - row_max[(i >> 1) & 1]);  // masked keys: ex2(-inf) = 0
+            row_sum[(i >> 1) & 1] += s[i];
           }
+          // P as the A fragments of O += P V: k-step kk = keys 16 kk + [0, 16) = S n-tiles 2 kk, 2 kk + 1.
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            pa[kk][0] = pack2<kBF16>(s[8 * kk], s[8 * kk + 1]);
+            pa[kk][1] = pack2<kBF16>(s[8 * kk + 2], s[8 * kk + 3]);
+            pa[kk][2] = pack2<kBF16>(s[8 * kk + 4], s[8 * kk + 5]);
+            pa[kk][3] = pack2<kBF16>(s[8 * kk + 6], s[8 * kk + 7]);
+          }
+        } else {  // this warp's token does not attend the unit: P = 0 leaves its rows of O as they are
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
         }
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-#pragma unroll
-          for (int x = 0; x < 4; ++x) {
-            s[n][x] = fast_exp2(s[n][x] - row_max[x >> 1]);  // masked keys: ex2(-inf) = 0
-            row_sum[x >> 1] += s[n][x];
-          }
-        }
-        // O += P V: k-step kk = keys 16 kk + [0, 16) (P from S n-tiles 2 kk, 2 kk + 1); n-tile j = dims 8 j + [0, 8).
+        // O += P V (V tile: MN-major B, k-step kk = keys 16 kk + [0, 16)): o[4 j + x] = dims 8 j + 2 quad + x % 2.
+        msa::cuda::wgmma_fence_operands(o);
+        msa::cuda::wgmma_fence();
         const uint32_t vtile = set + Cfg::kTileBytes;
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          const uint32_t pa[4] = {pack2<kBF16>(s[2 * kk][0], s[2 * kk][1]), pack2<kBF16>(s[2 * kk][2], s[2 * kk][3]),
-                                  pack2<kBF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                  pack2<kBF16>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-          for (int jp = 0; jp < 8; ++jp) {  // matrices: keys + 0-7 / 8-15 (b0 / b1) of dims 16 jp + [0, 8) / [8, 16)
-            uint32_t vb[4];
-            msa::cuda::ldmatrix_x4_trans(vb, vtile + tile_offset(16 * kk + (lane & 15), 2 * jp + (lane >> 4)));
-            msa::cuda::mma_m16n8k16<kBF16>(o[2 * jp], pa, vb[0], vb[1]);
-            msa::cuda::mma_m16n8k16<kBF16>(o[2 * jp + 1], pa, vb[2], vb[3]);
-          }
+          const uint64_t desc = msa::cuda::wgmma_desc_sw128(vtile + 2048 * kk, 8192, 1024);
+          msa::cuda::wgmma_m64n128k16<kBF16, true>(o, pa[kk], desc, 1);
         }
+        msa::cuda::wgmma_commit();
+        msa::cuda::wgmma_wait<0>();
+        msa::cuda::wgmma_fence_operands(o);
       }
       __syncwarp();
       if (lane == 0) mbar_arrive(empty_bar + 8 * set_index);  // this warp is done with the unit's tiles
     }
+    msa::cuda::setmaxnreg_dec<Cfg::kLaunchRegs>();
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       row_sum[h] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[h], 1);
@@ -561,7 +605,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
       __nv_bfloat16* dst = out_row(t, r);
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
-        const float x = token_broken ? NAN : o[j][2 * h] * inv, y = token_broken ? NAN : o[j][2 * h + 1] * inv;
+        const float x = token_broken ? NAN : o[4 * j + 2 * h] * inv;
+        const float y = token_broken ? NAN : o[4 * j + 2 * h + 1] * inv;
         *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j + 2 * quad) = __floats2bfloat162_rn(x, y);
       }
       if (quad == 0) write_lse(t, r, row_max[h], total, token_broken);
@@ -580,7 +625,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       *reinterpret_cast<float2*>(record + rr * Cfg::kORow + 8 * j + 2 * quad) =
-          make_float2(o[j][2 * h], o[j][2 * h + 1]);
+          make_float2(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
     }
   }
   cg::cluster_group cluster = cg::this_cluster();
@@ -648,6 +693,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
     if (d == 0) write_lse(token, r, cross_m[rr], total, bad);
   }
   cluster.sync();  // peers may still be reading this CTA's record
+#else
+  (void)a, (void)splits;
+  __trap();  // Hopper only (wgmma): the launcher never picks the union pass elsewhere
+#endif
 }
 
 }  // namespace msa::attention::page_union
