@@ -383,12 +383,14 @@ def sparse_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk: torch
             needs one: the CUDA kernels split a token's (or a request's) pages over a thread-block cluster and
             merge the parts in distributed shared memory, so a CUDA-graph-captured call allocates nothing.
 
-    CUDA kernels: per token (the TopK row of each token and KV head, split over a cluster), or the union pass
-    (``MSA_SPARSE_DECODE_UNION=1``, or ``=2`` for the automatic rule: Q >= 4 and ``page_table`` no wider than
-    Q x W pages; off by default until measured): each page of a request's rows is loaded and decoded once for all
-    its Q <= 8 tokens. Engines that keep a wide page table get the automatic rule by passing the table cut to the
-    batch's longest request (``page_table[:, :max_pages_needed]``, a view). Both give the same results within the
-    tolerances below, not bit for bit.
+    CUDA kernels: per token (the TopK row of each token and KV head, split over a cluster), or on Hopper the union
+    pass: each page of a request's rows is loaded and decoded once for all its Q <= 8 tokens, and 4 tokens share
+    each warpgroup MMA. ``MSA_SPARSE_DECODE_UNION=2`` (default) picks it by a rule measured on the H200: Q = 8,
+    enough (request, KV head) pairs to fill the GPU, and a ``page_table`` no wider than 16-128 pages depending on
+    the KV format (the union's size, and its time, grow with the context; the per-token kernel's do not); ``=1``
+    whenever it can serve the call, ``=0`` never. Engines that keep a wide page table get the rule by passing the
+    table cut to the batch's longest request (``page_table[:, :max_pages_needed]``, a view). Both kernels give
+    the same results within the tolerances below, not bit for bit.
 
     Returns:
         ``out`` bfloat16 ``[B*Q, Hq, 128]``, or ``(out, lse)`` with ``lse`` float32 ``[B*Q, Hq]`` when

@@ -9,11 +9,11 @@
 // MSA_SPARSE_DECODE_LEAN=1 the split kernel with one ring stage less and more CTAs per SM (split::Shape).
 //
 // The union pass (sparse_decode_union_kernels.cuh: one cluster per request and KV head decodes each page once
-// for all the request's tokens) is for requests whose tokens share pages. MSA_SPARSE_DECODE_UNION=1 uses it whenever
-// it can serve the call (Q <= 8, Q x W <= 256, W <= 255, max_pages <= 8192, out rows 8-byte aligned), =2 by the
-// automatic rule (Q >= 4 tokens and a page table no wider than the TopK entries of a request, max_pages <= Q x W;
-// engines pass the table cut to the batch's longest request), =0 (the default until the warp-specialized version
-// is measured) never. MSA_SPARSE_DECODE_SPLITS sets its split count too (1-8).
+// for all the request's tokens; Hopper only) is for requests whose tokens share pages. MSA_SPARSE_DECODE_UNION=2
+// (default) uses it by the measured rule in union_pays (Q = 8, enough unions, a page table no wider than the rule's
+// limit for the KV format: engines pass the table cut to the batch's longest request), =1 whenever it can serve the
+// call (Q <= 8, Q x W <= 256, W <= 255, max_pages <= 8192, out rows 8-byte aligned), =0 never.
+// MSA_SPARSE_DECODE_SPLITS sets its split count too (1-8).
 #include <algorithm>
 
 #include "cuda/attention/sparse_decode_kernels.cuh"
@@ -108,17 +108,33 @@ LaunchStatus launch_split(const SparseDecodeArgs& a, cudaStream_t stream) {
                          split::Cfg::kThreads, kSmem, splits, a, stream);
 }
 
+// The automatic rule (MSA_SPARSE_DECODE_UNION=2, the default): where the union pass measured faster than the
+// per-token kernel on the H200 (2026-12-03, Q = 8, bench/NOTES.md v2.5). Its time grows with the union's size
+// (bounded by the page-table width, a host-known shape) and it needs many (request, KV head, 16-head block) unions
+// to fill the GPU; the per-token kernel's time is flat in the context length. Only Q = 8 was measured.
+bool union_pays(const SparseDecodeArgs& a) {
+  if (a.q_len != 8 || a.max_pages > a.q_len * a.topk_width) return false;
+  const int group = a.q_heads / a.kv_heads;
+  const int64_t unions = int64_t(a.tokens / a.q_len) * a.kv_heads * ((group + page_union::Cfg::kRows - 1) /
+                                                                     page_union::Cfg::kRows);
+  const int width = a.max_pages;
+  switch (a.kv_kind) {
+    case KvKind::kNvfp4: return (unions >= 32 && width <= 16) || (unions >= 64 && width <= 64);
+    case KvKind::kE4M3: return (unions >= 32 && width <= 16) || (unions >= 64 && width <= 40);
+    default: return (unions >= 8 && width <= 16) || (unions >= 32 && width <= 64) || (unions >= 128 && width <= 128);
+  }
+}
+
 bool use_union(const SparseDecodeArgs& a) {
   using C = page_union::Cfg;
-  // Off by default until the warp-specialized version is measured on the H200 (2 = the automatic rule below).
-  const int knob = msa::cuda::env_choice("MSA_SPARSE_DECODE_UNION", {0, 1, 2}, 0);
+  const int knob = msa::cuda::env_choice("MSA_SPARSE_DECODE_UNION", {0, 1, 2}, 2);
   const bool fits = a.q_len <= C::kMaxTokens && int64_t(a.q_len) * a.topk_width <= C::kMaxEntries &&
                     a.topk_width <= C::kMaxWidth &&
                     a.max_pages <= C::kMaxTablePages && a.out_rows_aligned;
   if (knob == 0 || !fits) return false;
   msa::cuda::DeviceInfo device;  // the union pass runs on wgmma: Hopper only
   if (!msa::cuda::current_device_info(device).is_ok() || device.cc_major != 9) return false;
-  return knob == 1 || (a.q_len >= 4 && a.max_pages <= a.q_len * a.topk_width);
+  return knob == 1 || union_pays(a);
 }
 
 template <KvKind kKv>
