@@ -112,11 +112,15 @@ LaunchStatus launch_split(const SparseDecodeArgs& a, cudaStream_t stream) {
 // per-token kernel on the H200 (2026-12-03, Q = 8, bench/NOTES.md v2.5). Its time grows with the union's size
 // (bounded by the page-table width, a host-known shape) and it needs many (request, KV head, 16-head block) unions
 // to fill the GPU; the per-token kernel's time is flat in the context length. Only Q = 8 was measured.
+// Head blocks per KV head (16 query heads each) and the union pass's (request, KV head, head block) unions.
+int union_blocks(const SparseDecodeArgs& a) {
+  return (a.q_heads / a.kv_heads + page_union::Cfg::kRows - 1) / page_union::Cfg::kRows;
+}
+int union_count(const SparseDecodeArgs& a) { return a.tokens / a.q_len * a.kv_heads * union_blocks(a); }
+
 bool union_pays(const SparseDecodeArgs& a) {
   if (a.q_len != 8 || a.max_pages > a.q_len * a.topk_width) return false;
-  const int group = a.q_heads / a.kv_heads;
-  const int64_t unions = int64_t(a.tokens / a.q_len) * a.kv_heads * ((group + page_union::Cfg::kRows - 1) /
-                                                                     page_union::Cfg::kRows);
+  const int unions = union_count(a);
   const int width = a.max_pages;
   switch (a.kv_kind) {
     case KvKind::kNvfp4: return (unions >= 32 && width <= 16) || (unions >= 64 && width <= 64);
@@ -143,10 +147,7 @@ LaunchStatus launch_union(const SparseDecodeArgs& a, cudaStream_t stream) {
   constexpr int kSmem = page_union::Layout<kKv>::kSmemBytes;
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel), kSmem);
   if (!ready.is_ok()) return ready;
-  const int group = a.q_heads / a.kv_heads;
-  const int blocks = (group + page_union::Cfg::kRows - 1) / page_union::Cfg::kRows;
-  const int requests = a.tokens / a.q_len;
-  const int units = requests * a.kv_heads * blocks;
+  const int units = union_count(a);
   // A union's pages are dealt over a cluster of `splits` CTAs (1 per SM); a split repeats the union build and adds
   // the merge. The most splits (<= 8) whose clusters all fit on the GPU at once: a cluster must sit inside one GPC,
   // so e.g. 32 clusters of 4 may not all fit where 128 single CTAs would.
@@ -162,7 +163,7 @@ LaunchStatus launch_union(const SparseDecodeArgs& a, cudaStream_t stream) {
       splits = size;
     }
   }
-  return launch_clusters(kernel, dim3(static_cast<unsigned>(requests) * splits, a.kv_heads, blocks),
+  return launch_clusters(kernel, dim3(static_cast<unsigned>(a.tokens / a.q_len) * splits, a.kv_heads, union_blocks(a)),
                          page_union::Cfg::kThreads, kSmem, splits, a, stream);
 }
 

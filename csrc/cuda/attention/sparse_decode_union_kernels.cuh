@@ -152,7 +152,6 @@ using split::fast_exp2;
 using split::pack2;
 using split::scale_byte;
 using msa::cuda::mbar_arrive;
-using msa::cuda::mbar_arrive_on_copies;
 using msa::cuda::mbar_init;
 using msa::cuda::mbar_wait;
 using msa::cuda::st_shared16;
