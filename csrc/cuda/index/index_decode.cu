@@ -58,35 +58,41 @@ LaunchStatus launch_stream_tiles(ScoreArgs a, int sms, cudaStream_t stream) {
 }
 
 template <KeyKind kKeys, int kN>
-LaunchStatus launch_wgmma_rows(ScoreArgs a, int sms, WgmmaOperands ops, cudaStream_t stream) {
-  auto kernel = ops == WgmmaOperands::kFP8 ? index_scores_wgmma_kernel<kKeys, kN, WgmmaOperands::kFP8>
-                                           : index_scores_wgmma_kernel<kKeys, kN, WgmmaOperands::kF16>;
+LaunchStatus launch_wgmma_rows(ScoreArgs a, int sms, cudaStream_t stream) {
+  constexpr int64_t kRowBytes = kKeys == KeyKind::kNvfp4 ? 64 : 128;
+  const bool dense = a.key_stride_token == kRowBytes && (kKeys != KeyKind::kNvfp4 || a.scale_stride_token == 8);
+  auto kernel = dense ? index_scores_wgmma_kernel<kKeys, kN, true> : index_scores_wgmma_kernel<kKeys, kN, false>;
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
   if (!ready.is_ok()) return ready;
-  a.pages_per_unit = choose_pages_per_unit(a, sms, 4, 64);  // pages per CTA (one warpgroup)
+  a.pages_per_unit = choose_pages_per_unit(a, sms, 4, WgmmaConfig::kMaxPagesPerUnit);  // pages per CTA
   kernel<<<dim3((a.max_pages + a.pages_per_unit - 1) / a.pages_per_unit, a.batch), WgmmaConfig::kThreads, 0,
            stream>>>(a);
   return last_error();
 }
 
-// Hopper: wgmma with fp16 operands (exact widening of E4M3 / NVFP4 values). Other GPUs: mma.sync (compiled
-// for sm_100a, not run). Benchmark knob MSA_INDEX_SCORES: 1 = mma.sync everywhere (on Hopper it runs through
-// fp16: F2FP unpack + 2 HMMA per k32); 2 = native FP8 wgmma on Hopper: twice the tensor rate, but QGMMA's
-// reduced accumulation precision misses SPEC's 1e-4 score tolerance (6e-4 relative measured 2026-12-02): an
-// experiment.
+// The wgmma kernel addresses keys with 32-bit page strides and 32-bit offsets inside a page (one IMAD.WIDE
+// per page and load).
+bool page_strides_32bit(const ScoreArgs& a) {
+  constexpr int64_t kMax = 0xFFFFFFFFll;
+  const bool keys = a.key_stride_page <= kMax && a.key_stride_token <= kMax / 256;
+  return keys && (a.key_kind != KeyKind::kNvfp4 || (a.scale_stride_page <= kMax && a.scale_stride_token <= kMax / 256));
+}
+
+// Hopper: wgmma with fp16 operands (exact widening of E4M3 / NVFP4 values). Other GPUs, and page strides of 4 GiB
+// or more: mma.sync (compiled for sm_100a, not run there). Benchmark knob MSA_INDEX_SCORES: 1 = mma.sync
+// everywhere (on Hopper it runs through fp16: F2FP unpack + 2 HMMA per k32).
 template <KeyKind kKeys>
 LaunchStatus launch_stream_keys(const ScoreArgs& a, cudaStream_t stream) {
-  static const int choice = msa::cuda::env_choice("MSA_INDEX_SCORES", {0, 1, 2}, 0);
+  static const int choice = msa::cuda::env_choice("MSA_INDEX_SCORES", {0, 1}, 0);
   msa::cuda::DeviceInfo device;
   const LaunchStatus known = msa::cuda::current_device_info(device);
   if (!known.is_ok()) return known;
   const int rows = a.q_len * a.heads;
-  if (device.cc_major == 9 && choice != 1) {
-    const WgmmaOperands ops = choice == 2 ? WgmmaOperands::kFP8 : WgmmaOperands::kF16;
-    if (rows <= 8) return launch_wgmma_rows<kKeys, 8>(a, device.sms, ops, stream);
-    if (rows <= 16) return launch_wgmma_rows<kKeys, 16>(a, device.sms, ops, stream);
-    if (rows <= 32) return launch_wgmma_rows<kKeys, 32>(a, device.sms, ops, stream);
-    return launch_wgmma_rows<kKeys, 64>(a, device.sms, ops, stream);
+  if (device.cc_major == 9 && choice != 1 && page_strides_32bit(a)) {
+    if (rows <= 8) return launch_wgmma_rows<kKeys, 8>(a, device.sms, stream);
+    if (rows <= 16) return launch_wgmma_rows<kKeys, 16>(a, device.sms, stream);
+    if (rows <= 32) return launch_wgmma_rows<kKeys, 32>(a, device.sms, stream);
+    return launch_wgmma_rows<kKeys, 64>(a, device.sms, stream);
   }
   if (rows <= 8) return launch_stream_tiles<kKeys, 1>(a, device.sms, stream);
   if (rows <= 16) return launch_stream_tiles<kKeys, 2>(a, device.sms, stream);

@@ -159,22 +159,6 @@ __device__ __forceinline__ void slice_fragments(const SliceFetch<kKeys>& f, uint
   }
 }
 
-// NVFP4 with the per-scale tables precomputed (`tables[scale byte]` = e4m3_product_table of that scale),
-// e.g. in shared memory: one 8-byte load per (key, group) instead of 14 instructions.
-__device__ __forceinline__ void slice_fragments(const SliceFetch<KeyKind::kNvfp4>& f, const uint2* tables,
-                                                uint32_t (&a)[4][4]) {
-#pragma unroll
-  for (int kk = 0; kk < 2; ++kk) {
-    const uint32_t codes[4] = {f.codes[kk].x, f.codes[kk].y, f.codes[kk].z, f.codes[kk].w};
-#pragma unroll
-    for (int gh = 0; gh < 2; ++gh) {
-      const uint2 t = tables[(f.scales[kk] >> (8 * gh)) & 0xFFu];
-#pragma unroll
-      for (int s = 2 * gh; s < 2 * gh + 2; ++s) e2m1x8_to_e4m3x8(codes[s], t.x, t.y, a[s][kk], a[s][kk + 2]);
-    }
-  }
-}
-
 // Physical page of a logical page through one request's page-table row, or -1 when it lies outside the cache.
 __device__ __forceinline__ int64_t physical_page(const ScoreArgs& a, const int32_t* row, int page) {
   const int32_t p = row[page];

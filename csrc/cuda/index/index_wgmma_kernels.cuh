@@ -5,13 +5,14 @@
 // warp w owns keys 16 w .. 16 w + 15 of each slice and loads them straight from global memory into the A
 // fragments of the wgmma (keys are A, in registers; NVFP4 decoded on the way to exactly the values of the
 // MSA Q8KV4 dequant). The query rows (N = Q x H padded to 8, 16, 32 or 64) are the B operand, in shared
-// memory once per CTA. Default operands: both widened exactly to fp16, wgmma m64nNk16 (fp32 accumulation
-// meets the 1e-4 score tolerance); native FP8 m64nNk32 variants are kept as experiments (WgmmaOperands).
-// Hopper runs FP8 mma.sync through fp16 (unpack + two HMMA per k32), so wgmma is its tensor-core path here.
+// memory once per CTA; both operands widened exactly to fp16, wgmma m64nNk16 (fp32 accumulation meets the 1e-4
+// score tolerance). Hopper runs FP8 mma.sync through fp16 (unpack + two HMMA per k32), so wgmma is its
+// tensor-core path here. The run's physical page ids are read once into shared memory; at each page end the
+// per-thread maxima meet in shared memory (one barrier per page) and one thread per query row stores.
 //
 // The dims inside each k-step are permuted as in the mma.sync kernel (thread `quad` owns dims
-// [32 quad, 32 quad + 32); k-step s takes the next 8 (FP8) or 4 (fp16) of them); the query tile in shared
-// memory is written in the same permuted order, so each thread's key bytes stay one contiguous load.
+// [32 quad, 32 quad + 32); k-step s takes the next 4 of them); the query tile in shared memory is written in
+// the same permuted order, so each thread's key bytes stay one contiguous load.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +37,20 @@ struct WgmmaConfig {
   static constexpr int kPage = 128;
   static constexpr int kSlices = 2;  // 64-key slices per page
   static constexpr int kDepth = 4;   // slices of loads in flight per warp (even: whole pages)
+  static constexpr int kMaxPagesPerUnit = 64;  // pages of one CTA's run (launcher: pages_per_unit <= this)
+  // NVFP4 with up to 32 query rows fits 128 registers: 4 CTAs (16 warps) per SM; larger shapes take what they need.
+  static constexpr int min_ctas(KeyKind keys, int n) { return keys == KeyKind::kNvfp4 && n <= 32 ? 4 : 1; }
 };
+
+// p + x * y with one IMAD.WIDE.U32 (x * y < 2^32 is not required; the product is 64-bit).
+__device__ __forceinline__ const uint8_t* mad_wide(uint32_t x, uint32_t y, const void* p) {
+  uint64_t r;
+  asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(r) : "r"(x), "r"(y), "l"(reinterpret_cast<uint64_t>(p)));
+  return reinterpret_cast<const uint8_t*>(r);
+}
+
+// Slices of a run of `pages` pages.
+__device__ __forceinline__ int steps_of(int pages) { return pages * WgmmaConfig::kSlices; }
 
 // Shared-memory matrix descriptor, no swizzle: 8-row x 16-byte core matrices, `lbo` bytes apart along K,
 // `sbo` bytes apart along N.
@@ -45,50 +59,6 @@ __device__ __forceinline__ uint64_t wgmma_smem_desc(const void* p, uint32_t lbo,
   return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t((lbo >> 4) & 0x3FFFu) << 16) |
          (uint64_t((sbo >> 4) & 0x3FFFu) << 32);
 }
-
-template <int kN>
-struct WgmmaE4M3;
-
-template <>
-struct WgmmaE4M3<8> {
-  __device__ static void run(float (&d)[4], const uint32_t (&a)[4], uint64_t b_desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
-  }
-};
-template <>
-struct WgmmaE4M3<16> {
-  __device__ static void run(float (&d)[8], const uint32_t (&a)[4], uint64_t b_desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
-  }
-};
-template <>
-struct WgmmaE4M3<32> {
-  __device__ static void run(float (&d)[16], const uint32_t (&a)[4], uint64_t b_desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
-  }
-};
-template <>
-struct WgmmaE4M3<64> {
-  __device__ static void run(float (&d)[32], const uint32_t (&a)[4], uint64_t b_desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
-  }
-};
 
 template <int kN>
 struct WgmmaF16;
@@ -176,27 +146,33 @@ __device__ __forceinline__ void slice_fragments_f16(const SliceFetch<kKeys>& f, 
   }
 }
 
-// How the MMA sees the operands:
-//   kF16: widened (exactly) to fp16, wgmma m64nNk16 with fp32 accumulation: meets SPEC's 1e-4 score tolerance.
-//   kFP8: native FP8 wgmma m64nNk32, twice the tensor rate, but QGMMA's reduced-precision accumulation misses
-//         that tolerance (6e-4 relative measured 2026-12-02): an opt-in experiment.
-// (FP8 wgmma with each k32 step promoted to fp32 registers, DeepGEMM's fix, was tried and removed: it still
-// missed the tolerance, 1.75e-4 relative, 2026-12-02; Hopper's FP8 MMA loses bits inside one k32 step.)
-enum class WgmmaOperands { kF16, kFP8 };
-
-template <KeyKind kKeys, int kN, WgmmaOperands kOps>
-__global__ void __launch_bounds__(WgmmaConfig::kThreads) index_scores_wgmma_kernel(const ScoreArgs a) {
+// Operands: keys and queries widened exactly to fp16, wgmma m64nNk16 with fp32 accumulation (meets SPEC's 1e-4
+// score tolerance). Native FP8 wgmma (m64nNk32, twice the tensor rate) was measured and removed: QGMMA's
+// reduced-precision accumulation misses that tolerance (6e-4 relative, 2026-12-02), and with each k32 step
+// promoted to fp32 registers (DeepGEMM's fix) still 1.75e-4: Hopper's FP8 MMA loses bits inside one k32 step.
+//
+// kDenseRows: tokens of a page are packed (key rows of 64 NVFP4 / 128 E4M3 bytes, scale rows of 8), so every
+// load of a slice is the page base plus a compile-time offset; otherwise the token strides are runtime values.
+// Page strides are 32-bit in both (the launcher checks it).
+template <KeyKind kKeys, int kN, bool kDenseRows>
+__global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(kKeys, kN))
+    index_scores_wgmma_kernel(const ScoreArgs a) {
 #if MSA_INDEX_WGMMA
-  constexpr bool kF16 = kOps == WgmmaOperands::kF16;
   using C = WgmmaConfig;
   constexpr int kNTiles = kN / 8;
   constexpr int kDepth = C::kDepth;
-  constexpr int kSteps = kF16 ? 8 : 4;             // MMA k-steps over the 128 dims
-  constexpr int kChunkBytes = kF16 ? 2048 : 1024;  // one 8-row group of the query tile
-  // Query tile: [kN / 8][K in 16-byte chunks][8 rows][16 B] (f16: 16 chunks, E4M3: 8).
+  constexpr int kSteps = 8;            // MMA k16-steps over the 128 dims
+  constexpr int kChunkBytes = 2048;    // one 8-row group of the query tile
+  constexpr int kRowBytes = kKeys == KeyKind::kNvfp4 ? 64 : 128;
+  // Query tile: [kN / 8][K in 16 16-byte chunks][8 rows][16 B].
   __shared__ __align__(128) uint8_t q_tile[kN / 8 * kChunkBytes];
-  __shared__ float warp_max[2][4][kN];  // per page parity: each warp's max over its keys
+  // Per page parity: each thread's max over its keys, [warp * 8 + g][row] (pitch: see the page finalize).
+  constexpr int kRowThreads = C::kThreads / kN;  // threads combining one row's 32 partial maxima
+  constexpr int kPitch = kN + 32 / kRowThreads;  // = kRowThreads' bank stride: conflict-free combine reads
+  __shared__ float partial_max[2][32][kPitch];
   __shared__ uint2 tables[kKeys == KeyKind::kNvfp4 ? 256 : 1];  // NVFP4: the 8 E4M3 values of each scale
+  __shared__ int32_t unit_pages[C::kMaxPagesPerUnit];  // physical id of each page of the run, -1: out of range
+  __shared__ uint2 thread_offsets[C::kThreads];        // (key, scale) byte offsets of each thread's first key
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
   const int b = blockIdx.y;
@@ -217,27 +193,34 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads) index_scores_wgmma_kern
   };
 
   if (p_begin < load_end) {
-    // Query tile, dims permuted per k-step like the keys; rows past the last are zero.
-    constexpr int kUnitDims = kF16 ? 4 : 8;  // dims per (row, quad, step) unit
+    // Query tile, dims permuted per k-step like the keys (4 dims per (row, quad, step)); rows past the last
+    // are zero.
     for (int u = threadIdx.x; u < kN * 4 * kSteps; u += C::kThreads) {
       const int r = u / (4 * kSteps), s = (u / 4) % kSteps, qd = u % 4;
       uint2 v = make_uint2(0u, 0u);
       if (r < rows) {
         const int i = r / a.heads, h = r - i * a.heads;
         const uint8_t* src = static_cast<const uint8_t*>(a.q) + int64_t(b) * a.q_stride_b +
-                             int64_t(i) * a.q_stride_q + int64_t(h) * a.q_stride_h + 32 * qd + kUnitDims * s;
-        if constexpr (kF16) {
-          const uint32_t bytes = __ldg(reinterpret_cast<const uint32_t*>(src));
-          v = make_uint2(e4m3x2_to_f16x2(bytes), e4m3x2_to_f16x2(bytes >> 16));
-        } else {
-          v = __ldg(reinterpret_cast<const uint2*>(src));
-        }
+                             int64_t(i) * a.q_stride_q + int64_t(h) * a.q_stride_h + 32 * qd + 4 * s;
+        const uint32_t bytes = __ldg(reinterpret_cast<const uint32_t*>(src));
+        v = make_uint2(e4m3x2_to_f16x2(bytes), e4m3x2_to_f16x2(bytes >> 16));
       }
       uint8_t* dst = q_tile + (r >> 3) * kChunkBytes + (r & 7) * 16 + 4 * qd;
       *reinterpret_cast<uint32_t*>(dst + (2 * s) * 128) = v.x;      // first half of the step's k
       *reinterpret_cast<uint32_t*>(dst + (2 * s + 1) * 128) = v.y;  // second half
     }
     if constexpr (kKeys == KeyKind::kNvfp4) fill_product_tables(tables);
+    // The run's physical page ids, checked once (the loop's loads then depend on shared memory only).
+    for (int i = threadIdx.x; i < load_end - p_begin; i += C::kThreads) {
+      const int32_t p = a.page_table[int64_t(b) * a.page_table_stride + p_begin + i];
+      unit_pages[i] = (p >= 0 && p < a.physical_pages) ? p : -1;
+    }
+    {
+      const int64_t key_stride = kDenseRows ? kRowBytes : a.key_stride_token;
+      const int64_t scale_stride = kDenseRows ? 8 : a.scale_stride_token;
+      thread_offsets[threadIdx.x] = make_uint2(uint32_t((16 * warp + g) * key_stride + (kRowBytes / 4) * quad),
+                                               uint32_t((16 * warp + g) * scale_stride + 2 * quad));
+    }
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();
     uint64_t desc[kSteps];
@@ -253,19 +236,50 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads) index_scores_wgmma_kern
         const int r = 8 * nt + 2 * quad + j;
         pos[nt][j] = r < rows ? max(first_row_pos + r / a.heads, -1) : -1;
       }
+    // The row this thread combines at each page end, and stores (one thread per row: combine_sub == 0).
+    const int combine_row = threadIdx.x / kRowThreads, combine_sub = threadIdx.x % kRowThreads;
+    float* out_row = nullptr;
+    int out_pos = 0;
+    if (combine_sub == 0 && combine_row < rows) {
+      const int i = combine_row / a.heads, h = combine_row - i * a.heads;
+      out_row = a.scores + h * a.scores_stride_h + (int64_t(b) * a.q_len + i) * a.scores_stride_t;
+      out_pos = first_row_pos + i;
+    }
 
-    const int32_t* table = a.page_table + int64_t(b) * a.page_table_stride;  // this request's row
-    const int steps = (load_end - p_begin) * C::kSlices;
+    // Slice s: page p_begin + s / 2, keys 64 (s % 2) + 16 warp + [0, 16): this thread loads keys
+    // 64 half + 16 warp + 8 kk + g, dims [32 quad, 32 quad + 32), each load at the page base (one IMAD.WIDE)
+    // plus a per-(half, kk) offset (a compile-time immediate for dense rows).
+    const int64_t key_stride = kDenseRows ? kRowBytes : a.key_stride_token;
+    const int64_t scale_stride = kDenseRows ? 8 : a.scale_stride_token;
+    // The thread's first key and scale bytes, through shared memory (thread_offsets, written with the
+    // setup): ptxas cannot recompute a loaded value, so the loop keeps two registers instead of redoing
+    // the index arithmetic from the thread id before every load.
+    const uint8_t* thread_keys = static_cast<const uint8_t*>(a.keys) + thread_offsets[threadIdx.x].x;
+    const uint8_t* thread_scales = a.key_scales + thread_offsets[threadIdx.x].y;
+    const uint32_t key_page_stride = static_cast<uint32_t>(a.key_stride_page);
+    const uint32_t scale_page_stride = static_cast<uint32_t>(a.scale_stride_page);
+    const int steps = steps_of(load_end - p_begin);
     SliceFetch<kKeys> ring[kDepth];
-    // Slice `s` of this warp: page p_begin + s / 2, keys 64 (s % 2) + 16 warp + [0, 16) (fetch_slice's
-    // slice index counts 16-key slices).
-    auto issue = [&](int s, SliceFetch<kKeys>& f) {
+    auto issue = [&](int s, int half, SliceFetch<kKeys>& f) {  // half = s % 2, known when unrolled
       if (s >= steps) return;
-      const int64_t physical = physical_page(a, table, p_begin + s / C::kSlices);
-      if (physical >= 0) fetch_slice<kKeys>(a, physical, 4 * (s % C::kSlices) + warp, g, quad, f);
+      const int32_t physical = unit_pages[s / C::kSlices];
+      if (physical < 0) return;  // the page's scores are stored as NaN; its fragments are never used
+      const uint8_t* keys = mad_wide(uint32_t(physical), key_page_stride, thread_keys);
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        const int64_t key = 64 * half + 8 * kk;  // relative to this thread's first key
+        if constexpr (kKeys == KeyKind::kNvfp4) {
+          f.codes[kk] = ld_stream(keys + key * key_stride);
+          f.scales[kk] =
+              ld_stream_u16(mad_wide(uint32_t(physical), scale_page_stride, thread_scales) + key * scale_stride);
+        } else {
+          f.v[kk][0] = ld_stream(keys + key * key_stride);
+          f.v[kk][1] = ld_stream(keys + key * key_stride + 16);
+        }
+      }
     };
 #pragma unroll
-    for (int d = 0; d < kDepth; ++d) issue(d, ring[d]);
+    for (int d = 0; d < kDepth; ++d) issue(d, d % C::kSlices, ring[d]);
 
     const int first_masked = max(first_row_pos, 0) / C::kPage;
     float best[kNTiles][2];
@@ -282,14 +296,8 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads) index_scores_wgmma_kern
         const int page = p_begin + (s0 + d) / C::kSlices;
         const int half = d % C::kSlices;
         uint32_t frag[kSteps][4];
-        if constexpr (kF16) {
-          slice_fragments_f16<kKeys>(ring[d], tables, frag);
-        } else if constexpr (kKeys == KeyKind::kNvfp4) {
-          slice_fragments(ring[d], tables, frag);
-        } else {
-          slice_fragments<kKeys>(ring[d], frag);
-        }
-        issue(s0 + d + kDepth, ring[d]);
+        slice_fragments_f16<kKeys>(ring[d], tables, frag);
+        issue(s0 + d + kDepth, half, ring[d]);
         // Fragments complete before the wgmma fence (else ptxas inserts a warpgroup arrive per k-step).
 #pragma unroll
         for (int s = 0; s < kSteps; ++s)
@@ -298,13 +306,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads) index_scores_wgmma_kern
         wgmma_fence_operands(acc);
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-        for (int s = 0; s < kSteps; ++s) {
-          if constexpr (kF16) {
-            WgmmaF16<kN>::run(acc, frag[s], desc[s], s > 0);
-          } else {
-            WgmmaE4M3<kN>::run(acc, frag[s], desc[s], s > 0);
-          }
-        }
+        for (int s = 0; s < kSteps; ++s) WgmmaF16<kN>::run(acc, frag[s], desc[s], s > 0);
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
         wgmma_fence_operands(acc);
@@ -325,27 +327,24 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads) index_scores_wgmma_kern
               if (key + 8 <= pos[nt][j]) best[nt][j] = nvfp4::fmax_nan(best[nt][j], acc[4 * nt + 2 + j]);
             }
         }
-        if (half == C::kSlices - 1) {  // page done: max over the warp's keys, then over the 4 warps
-          float(&slot)[4][kN] = warp_max[page & 1];
+        if (half == C::kSlices - 1) {  // page done: the 32 partial maxima of each row meet in shared memory
+          float(&slot)[32][kPitch] = partial_max[page & 1];
 #pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-              float v = best[nt][j];
-              v = nvfp4::fmax_nan(v, __shfl_xor_sync(0xFFFFFFFFu, v, 4));
-              v = nvfp4::fmax_nan(v, __shfl_xor_sync(0xFFFFFFFFu, v, 8));
-              v = nvfp4::fmax_nan(v, __shfl_xor_sync(0xFFFFFFFFu, v, 16));
-              best[nt][j] = -INFINITY;
-              if (g == 0) slot[warp][8 * nt + 2 * quad + j] = v;
-            }
+          for (int nt = 0; nt < kNTiles; ++nt) {
+            *reinterpret_cast<float2*>(&slot[8 * warp + g][8 * nt + 2 * quad]) = make_float2(best[nt][0], best[nt][1]);
+            best[nt][0] = best[nt][1] = -INFINITY;
+          }
           __syncthreads();  // double-buffered by page parity: one barrier per page
-          if (threadIdx.x < rows) {
-            const int r = threadIdx.x;
-            const float v = nvfp4::fmax_nan(nvfp4::fmax_nan(slot[0][r], slot[1][r]),
-                                            nvfp4::fmax_nan(slot[2][r], slot[3][r]));
+          // Thread t combines row t / kRowThreads: partials t % kRowThreads + kRowThreads k, then a shuffle.
+          float v = slot[combine_sub][combine_row];
+#pragma unroll
+          for (int k = 1; k < 32 / kRowThreads; ++k)
+            v = nvfp4::fmax_nan(v, slot[combine_sub + kRowThreads * k][combine_row]);
+#pragma unroll
+          for (int m = 1; m < kRowThreads; m *= 2) v = nvfp4::fmax_nan(v, __shfl_xor_sync(0xFFFFFFFFu, v, m));
+          if (out_row != nullptr) {
             // Not visible (padding row, or past the row's local page): -inf; visible, bad id: NaN.
-            const bool visible = first_row_pos + r / a.heads >= page * C::kPage;
-            store_row(r, page, !visible ? -INFINITY : (physical_page(a, table, page) >= 0 ? v : NAN));
+            out_row[page] = out_pos < page * C::kPage ? -INFINITY : (unit_pages[page - p_begin] >= 0 ? v : NAN);
           }
         }
       }
