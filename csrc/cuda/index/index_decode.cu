@@ -57,14 +57,30 @@ LaunchStatus launch_stream_tiles(ScoreArgs a, int sms, cudaStream_t stream) {
   return last_error();
 }
 
+// Pages per CTA of the wgmma kernel: the fewest that fit the page table's pages into one wave of resident CTAs
+// (a CTA's setup, ~a page's time, is paid once per run and every CTA starts at once), at most kMaxPagesPerUnit
+// (then several waves). Benchmark knob MSA_INDEX_PAGES_PER_CTA (0 = this rule) forces it.
+int wgmma_pages_per_cta(const ScoreArgs& a, int slots) {
+  static const int forced =
+      msa::cuda::env_choice("MSA_INDEX_PAGES_PER_CTA", {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}, 0);
+  if (forced > 0) return forced;
+  const int64_t pages = int64_t(a.batch) * a.max_pages;
+  const int64_t one_wave = (pages + std::max(slots, 1) - 1) / std::max(slots, 1);
+  return static_cast<int>(std::clamp<int64_t>(one_wave, 1, WgmmaConfig::kMaxPagesPerUnit));
+}
+
 template <KeyKind kKeys, int kN>
-LaunchStatus launch_wgmma_rows(ScoreArgs a, int sms, cudaStream_t stream) {
+LaunchStatus launch_wgmma_rows(ScoreArgs a, cudaStream_t stream) {
   constexpr int64_t kRowBytes = kKeys == KeyKind::kNvfp4 ? 64 : 128;
   const bool dense = a.key_stride_token == kRowBytes && (kKeys != KeyKind::kNvfp4 || a.scale_stride_token == 8);
   auto kernel = dense ? index_scores_wgmma_kernel<kKeys, kN, true> : index_scores_wgmma_kernel<kKeys, kN, false>;
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
   if (!ready.is_ok()) return ready;
-  a.pages_per_unit = choose_pages_per_unit(a, sms, 4, WgmmaConfig::kMaxPagesPerUnit);  // pages per CTA
+  int slots = 0;  // CTAs resident at once
+  const LaunchStatus sized = msa::cuda::resident_blocks(reinterpret_cast<const void*>(kernel), WgmmaConfig::kThreads,
+                                                        0, slots);
+  if (!sized.is_ok()) return sized;
+  a.pages_per_unit = wgmma_pages_per_cta(a, slots);
   kernel<<<dim3((a.max_pages + a.pages_per_unit - 1) / a.pages_per_unit, a.batch), WgmmaConfig::kThreads, 0,
            stream>>>(a);
   return last_error();
@@ -89,10 +105,10 @@ LaunchStatus launch_stream_keys(const ScoreArgs& a, cudaStream_t stream) {
   if (!known.is_ok()) return known;
   const int rows = a.q_len * a.heads;
   if (device.cc_major == 9 && choice != 1 && page_strides_32bit(a)) {
-    if (rows <= 8) return launch_wgmma_rows<kKeys, 8>(a, device.sms, stream);
-    if (rows <= 16) return launch_wgmma_rows<kKeys, 16>(a, device.sms, stream);
-    if (rows <= 32) return launch_wgmma_rows<kKeys, 32>(a, device.sms, stream);
-    return launch_wgmma_rows<kKeys, 64>(a, device.sms, stream);
+    if (rows <= 8) return launch_wgmma_rows<kKeys, 8>(a, stream);
+    if (rows <= 16) return launch_wgmma_rows<kKeys, 16>(a, stream);
+    if (rows <= 32) return launch_wgmma_rows<kKeys, 32>(a, stream);
+    return launch_wgmma_rows<kKeys, 64>(a, stream);
   }
   if (rows <= 8) return launch_stream_tiles<kKeys, 1>(a, device.sms, stream);
   if (rows <= 16) return launch_stream_tiles<kKeys, 2>(a, device.sms, stream);

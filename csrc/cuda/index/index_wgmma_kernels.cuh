@@ -297,7 +297,6 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
         const int half = d % C::kSlices;
         uint32_t frag[kSteps][4];
         slice_fragments_f16<kKeys>(ring[d], tables, frag);
-        issue(s0 + d + kDepth, half, ring[d]);
         // Fragments complete before the wgmma fence (else ptxas inserts a warpgroup arrive per k-step).
 #pragma unroll
         for (int s = 0; s < kSteps; ++s)
@@ -308,6 +307,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
 #pragma unroll
         for (int s = 0; s < kSteps; ++s) WgmmaF16<kN>::run(acc, frag[s], desc[s], s > 0);
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        issue(s0 + d + kDepth, half, ring[d]);  // the next loads' address work overlaps the wgmma
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
         wgmma_fence_operands(acc);
         // acc[4 nt + c]: key g (c < 2) or g + 8, row 8 nt + 2 quad + (c & 1).
