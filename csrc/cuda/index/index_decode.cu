@@ -57,16 +57,21 @@ LaunchStatus launch_stream_tiles(ScoreArgs a, int sms, cudaStream_t stream) {
   return last_error();
 }
 
-// Pages per CTA of the wgmma kernel: the fewest that fit the page table's pages into one wave of resident CTAs
-// (a CTA's setup, ~a page's time, is paid once per run and every CTA starts at once), at most kMaxPagesPerUnit
-// (then several waves). Benchmark knob MSA_INDEX_PAGES_PER_CTA (0 = this rule) forces it.
+// Pages per CTA of the wgmma kernel, from host-known shapes only. The CTAs of a request are counted per request
+// (B x ceil(W / pages) must fit), so the grid is exactly one wave of resident CTAs when the runs stay short
+// (<= 16 pages: a CTA's setup, about a page's time, is paid once per run and every CTA starts at once), else
+// exactly two waves (so CTAs of short requests free their slots for the rest), at most kMaxPagesPerUnit pages
+// (then more waves). Measured 2026-12-03 against the earlier "2 waves of pages, rounded down" rule: B128 N1000
+// 22.3 -> 15.4 us, B4 N32000 19.6 -> 15.3 us; an unrounded one-wave rule lost up to 8 % at B32-B64 N >= 50000
+// (a few CTAs in a second wave). Benchmark knob MSA_INDEX_PAGES_PER_CTA (0 = this rule) forces it.
 int wgmma_pages_per_cta(const ScoreArgs& a, int slots) {
   static const int forced =
       msa::cuda::env_choice("MSA_INDEX_PAGES_PER_CTA", {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}, 0);
   if (forced > 0) return forced;
-  const int64_t pages = int64_t(a.batch) * a.max_pages;
-  const int64_t one_wave = (pages + std::max(slots, 1) - 1) / std::max(slots, 1);
-  return static_cast<int>(std::clamp<int64_t>(one_wave, 1, WgmmaConfig::kMaxPagesPerUnit));
+  const int per_request = std::max(1, slots / std::max(a.batch, 1));  // CTAs of one request in one wave
+  int pages = (a.max_pages + per_request - 1) / per_request;
+  if (pages > 16) pages = (a.max_pages + 2 * per_request - 1) / (2 * per_request);
+  return std::clamp(pages, 1, WgmmaConfig::kMaxPagesPerUnit);
 }
 
 template <KeyKind kKeys, int kN>
