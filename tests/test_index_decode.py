@@ -443,11 +443,13 @@ def test_cuda_graph_replay_sees_in_place_updates():
 
 
 @requires_cuda
-@pytest.mark.parametrize("choice", ["1"], ids=["mma-sync"])
-def test_cuda_score_kernel_knob(choice):
-    # MSA_INDEX_SCORES=1 forces the mma.sync score kernel (the path of non-Hopper GPUs) on any GPU; the knob is
-    # read once per process, so the CUDA score cases rerun in a subprocess with it set.
+@pytest.mark.parametrize("knob, choice", [("MSA_INDEX_SCORES", "1"), ("MSA_INDEX_PAGES_PER_CTA", "64")],
+                         ids=["mma-sync", "64-pages-per-cta"])
+def test_cuda_score_kernel_knob(knob, choice):
+    # MSA_INDEX_SCORES=1 forces the mma.sync score kernel (the path of non-Hopper GPUs) on any GPU;
+    # MSA_INDEX_PAGES_PER_CTA=64 the longest runs per CTA of the Hopper kernel (odd page counts per run, runs
+    # ending mid-request). Knobs are read once per process, so the CUDA score cases rerun in a subprocess.
     selection = "cuda and (lengths or query_lengths or page_layouts or padding or nan_keys or strided)"
     result = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:logging", "-k", selection],
-                            env={**os.environ, "MSA_INDEX_SCORES": choice}, capture_output=True, text=True)
+                            env={**os.environ, knob: choice}, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]

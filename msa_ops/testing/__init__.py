@@ -17,7 +17,13 @@ DEVICES = ["cpu"]
 if torch.cuda.is_available():
     DEVICES.append(pytest.param("cuda", marks=pytest.mark.cuda))
 
-requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+_skip_without_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def requires_cuda(test):
+    """Decorator of CUDA-only tests: skipped without a GPU, and marked ``cuda`` like the CUDA cases of
+    ``DEVICES`` (so ``pytest -m cuda`` selects every GPU test)."""
+    return pytest.mark.cuda(_skip_without_cuda(test))
 
 
 def skip_cuda_without_kernel(request, op: str) -> None:
