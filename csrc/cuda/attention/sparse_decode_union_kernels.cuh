@@ -506,7 +506,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
 #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {
           const uint64_t desc = msa::cuda::wgmma_desc_sw128(set + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024);
-          msa::cuda::wgmma_m64n64k16<kBF16, false>(s, qa[kk], desc, kk > 0);
+          msa::cuda::wgmma_m64k16<64, kBF16, false>(s, qa[kk], desc, kk > 0);
         }
         msa::cuda::wgmma_commit();
         msa::cuda::wgmma_wait<0>();
@@ -565,7 +565,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           const uint64_t desc = msa::cuda::wgmma_desc_sw128(vtile + 2048 * kk, 8192, 1024);
-          msa::cuda::wgmma_m64n128k16<kBF16, true>(o, pa[kk], desc, 1);
+          msa::cuda::wgmma_m64k16<128, kBF16, true>(o, pa[kk], desc, 1);
         }
         msa::cuda::wgmma_commit();
         msa::cuda::wgmma_wait<0>();

@@ -16,17 +16,11 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/common/nvfp4.cuh"
+#include "cuda/common/wgmma.cuh"
 #include "cuda/index/index_launch.h"
 #include "cuda/index/index_stream_kernels.cuh"
-
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define MSA_INDEX_WGMMA 1
-#else
-#define MSA_INDEX_WGMMA 0
-#endif
 
 namespace msa::index {
 
@@ -52,62 +46,9 @@ __device__ __forceinline__ const uint8_t* mad_wide(uint32_t x, uint32_t y, const
 // Slices of a run of `pages` pages.
 __device__ __forceinline__ int steps_of(int pages) { return pages * WgmmaConfig::kSlices; }
 
-// Shared-memory matrix descriptor, no swizzle: 8-row x 16-byte core matrices, `lbo` bytes apart along K,
-// `sbo` bytes apart along N.
+// Shared-memory descriptor of the query tile (no swizzle; see msa::cuda::wgmma_desc_interleave).
 __device__ __forceinline__ uint64_t wgmma_smem_desc(const void* p, uint32_t lbo, uint32_t sbo) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t((lbo >> 4) & 0x3FFFu) << 16) |
-         (uint64_t((sbo >> 4) & 0x3FFFu) << 32);
-}
-
-template <int kN>
-struct WgmmaF16;
-
-template <>
-struct WgmmaF16<8> {
-  __device__ static void run(float (&d)[4], const uint32_t (&a)[4], uint64_t b_desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
-  }
-};
-template <>
-struct WgmmaF16<16> {
-  __device__ static void run(float (&d)[8], const uint32_t (&a)[4], uint64_t b_desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
-  }
-};
-template <>
-struct WgmmaF16<32> {
-  __device__ static void run(float (&d)[16], const uint32_t (&a)[4], uint64_t b_desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
-  }
-};
-template <>
-struct WgmmaF16<64> {
-  __device__ static void run(float (&d)[32], const uint32_t (&a)[4], uint64_t b_desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
-  }
-};
-
-template <int kCount>
-__device__ __forceinline__ void wgmma_fence_operands(float (&d)[kCount]) {
-#pragma unroll
-  for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  return msa::cuda::wgmma_desc_interleave(static_cast<uint32_t>(__cvta_generic_to_shared(p)), lbo, sbo);
 }
 
 // The f16 A fragments (8 k16-steps x 4 registers) of one slice: keys g (a0, a2) and g + 8 (a1, a3). k16-step
@@ -157,7 +98,7 @@ __device__ __forceinline__ void slice_fragments_f16(const SliceFetch<kKeys>& f, 
 template <KeyKind kKeys, int kN, bool kDenseRows>
 __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(kKeys, kN))
     index_scores_wgmma_kernel(const ScoreArgs a) {
-#if MSA_INDEX_WGMMA
+#if MSA_WGMMA
   using C = WgmmaConfig;
   constexpr int kNTiles = kN / 8;
   constexpr int kDepth = C::kDepth;
@@ -221,7 +162,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
       thread_offsets[threadIdx.x] = make_uint2(uint32_t((16 * warp + g) * key_stride + (kRowBytes / 4) * quad),
                                                uint32_t((16 * warp + g) * scale_stride + 2 * quad));
     }
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    msa::cuda::fence_proxy_async_shared();
     __syncthreads();
     uint64_t desc[kSteps];
 #pragma unroll
@@ -302,14 +243,14 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
         for (int s = 0; s < kSteps; ++s)
 #pragma unroll
           for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(frag[s][i]));
-        wgmma_fence_operands(acc);
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        msa::cuda::wgmma_fence_operands(acc);
+        msa::cuda::wgmma_fence();
 #pragma unroll
-        for (int s = 0; s < kSteps; ++s) WgmmaF16<kN>::run(acc, frag[s], desc[s], s > 0);
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        for (int s = 0; s < kSteps; ++s) msa::cuda::wgmma_m64k16<kN, false, false>(acc, frag[s], desc[s], s > 0);
+        msa::cuda::wgmma_commit();
         issue(s0 + d + kDepth, half, ring[d]);  // the next loads' address work overlaps the wgmma
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        wgmma_fence_operands(acc);
+        msa::cuda::wgmma_wait<0>();
+        msa::cuda::wgmma_fence_operands(acc);
         // acc[4 nt + c]: key g (c < 2) or g + 8, row 8 nt + 2 quad + (c & 1).
         if (page < first_masked) {
 #pragma unroll
