@@ -76,8 +76,8 @@ int wgmma_pages_per_cta(const ScoreArgs& a, int slots) {
 
 template <KeyKind kKeys, int kN>
 LaunchStatus launch_wgmma_rows(ScoreArgs a, cudaStream_t stream) {
-  constexpr int64_t kRowBytes = kKeys == KeyKind::kNvfp4 ? 64 : 128;
-  const bool dense = a.key_stride_token == kRowBytes && (kKeys != KeyKind::kNvfp4 || a.scale_stride_token == 8);
+  const bool dense = a.key_stride_token == WgmmaConfig::row_bytes(kKeys) &&
+                     (kKeys != KeyKind::kNvfp4 || a.scale_stride_token == WgmmaConfig::kScaleRowBytes);
   auto kernel = dense ? index_scores_wgmma_kernel<kKeys, kN, true> : index_scores_wgmma_kernel<kKeys, kN, false>;
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
   if (!ready.is_ok()) return ready;

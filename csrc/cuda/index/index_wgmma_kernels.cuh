@@ -31,6 +31,9 @@ struct WgmmaConfig {
   static constexpr int kPage = 128;
   static constexpr int kSlices = 2;  // 64-key slices per page
   static constexpr int kDepth = 4;   // slices of loads in flight per warp (even: whole pages)
+  // Bytes of one token's index key (NVFP4 codes or E4M3 values) and NVFP4 scales in a dense page.
+  __host__ __device__ static constexpr int row_bytes(KeyKind keys) { return keys == KeyKind::kNvfp4 ? 64 : 128; }
+  static constexpr int kScaleRowBytes = 8;
   static constexpr int kMaxPagesPerUnit = 64;  // pages of one CTA's run (launcher: pages_per_unit <= this)
   // NVFP4 with up to 32 query rows fits 128 registers: 4 CTAs (16 warps) per SM; larger shapes take what they need.
   static constexpr int min_ctas(KeyKind keys, int n) { return keys == KeyKind::kNvfp4 && n <= 32 ? 4 : 1; }
@@ -42,9 +45,6 @@ __device__ __forceinline__ const uint8_t* mad_wide(uint32_t x, uint32_t y, const
   asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(r) : "r"(x), "r"(y), "l"(reinterpret_cast<uint64_t>(p)));
   return reinterpret_cast<const uint8_t*>(r);
 }
-
-// Slices of a run of `pages` pages.
-__device__ __forceinline__ int steps_of(int pages) { return pages * WgmmaConfig::kSlices; }
 
 // Shared-memory descriptor of the query tile (no swizzle; see msa::cuda::wgmma_desc_interleave).
 __device__ __forceinline__ uint64_t wgmma_smem_desc(const void* p, uint32_t lbo, uint32_t sbo) {
@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
   constexpr int kDepth = C::kDepth;
   constexpr int kSteps = 8;            // MMA k16-steps over the 128 dims
   constexpr int kChunkBytes = 2048;    // one 8-row group of the query tile
-  constexpr int kRowBytes = kKeys == KeyKind::kNvfp4 ? 64 : 128;
+  constexpr int kRowBytes = C::row_bytes(kKeys);
   // Query tile: [kN / 8][K in 16 16-byte chunks][8 rows][16 B].
   __shared__ __align__(128) uint8_t q_tile[kN / 8 * kChunkBytes];
   // Per page parity: each thread's max over its keys, [warp * 8 + g][row] (pitch: see the page finalize).
@@ -126,6 +126,9 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
   const int p_end = min(p_begin + a.pages_per_unit, limit);
   const int load_end = min(p_end, needed);
   const int first_row_pos = seq_len - a.q_len;  // position of row i: first_row_pos + i
+  // Byte strides between the tokens of a page (compile-time for dense rows).
+  const int64_t key_stride = kDenseRows ? kRowBytes : a.key_stride_token;
+  const int64_t scale_stride = kDenseRows ? C::kScaleRowBytes : a.scale_stride_token;
 
   auto store_row = [&](int r, int page, float value) {
     const int i = r / a.heads, h = r - i * a.heads;
@@ -156,12 +159,8 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
       const int32_t p = a.page_table[int64_t(b) * a.page_table_stride + p_begin + i];
       unit_pages[i] = (p >= 0 && p < a.physical_pages) ? p : -1;
     }
-    {
-      const int64_t key_stride = kDenseRows ? kRowBytes : a.key_stride_token;
-      const int64_t scale_stride = kDenseRows ? 8 : a.scale_stride_token;
-      thread_offsets[threadIdx.x] = make_uint2(uint32_t((16 * warp + g) * key_stride + (kRowBytes / 4) * quad),
-                                               uint32_t((16 * warp + g) * scale_stride + 2 * quad));
-    }
+    thread_offsets[threadIdx.x] = make_uint2(uint32_t((16 * warp + g) * key_stride + (kRowBytes / 4) * quad),
+                                             uint32_t((16 * warp + g) * scale_stride + 2 * quad));
     msa::cuda::fence_proxy_async_shared();
     __syncthreads();
     uint64_t desc[kSteps];
@@ -190,8 +189,6 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
     // Slice s: page p_begin + s / 2, keys 64 (s % 2) + 16 warp + [0, 16): this thread loads keys
     // 64 half + 16 warp + 8 kk + g, dims [32 quad, 32 quad + 32), each load at the page base (one IMAD.WIDE)
     // plus a per-(half, kk) offset (a compile-time immediate for dense rows).
-    const int64_t key_stride = kDenseRows ? kRowBytes : a.key_stride_token;
-    const int64_t scale_stride = kDenseRows ? 8 : a.scale_stride_token;
     // The thread's first key and scale bytes, through shared memory (thread_offsets, written with the
     // setup): ptxas cannot recompute a loaded value, so the loop keeps two registers instead of redoing
     // the index arithmetic from the thread id before every load.
@@ -199,7 +196,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
     const uint8_t* thread_scales = a.key_scales + thread_offsets[threadIdx.x].y;
     const uint32_t key_page_stride = static_cast<uint32_t>(a.key_stride_page);
     const uint32_t scale_page_stride = static_cast<uint32_t>(a.scale_stride_page);
-    const int steps = steps_of(load_end - p_begin);
+    const int steps = (load_end - p_begin) * C::kSlices;
     SliceFetch<kKeys> ring[kDepth];
     auto issue = [&](int s, int half, SliceFetch<kKeys>& f) {  // half = s % 2, known when unrolled
       if (s >= steps) return;
