@@ -10,7 +10,7 @@ are random normal data quantized to the op's formats. A compute-heavy corner (Q 
 TFLOP/s of useful dot products.
 
 Per case: µs per op call (median, p10, p90; SPEC §7 CUDA-graph protocol with rotated inputs, preallocated
-``out`` and scores workspace, so the call allocates nothing), the bytes model (index-key bytes of each
+``out`` and ``workspace`` (no ``scores_out``, as an engine calls it), so the call allocates nothing), the bytes model (index-key bytes of each
 request's pages up to its last token's local page, read once, + q + TopK out), effective TB/s and MBU =
 bytes / time / measured copy bandwidth. Summary: weighted MBU over the official cases with N >= 4000, min MBU,
 max µs of the N = 1000 and low-latency cases, and PASS/FAIL against issue 3's bars.
@@ -101,8 +101,8 @@ class Geometry:
     key_bytes: int
     q_bytes: int
     out_bytes: int
-    ws_bytes: int             # scores workspace: written in full + read by the select step (estimate)
-    ws_alloc_bytes: int       # size of the workspace tensor
+    ws_bytes: int             # scores workspace: needed pages written + candidates read by the select step
+    ws_alloc_bytes: int       # size of the workspace tensor (rounded up to 256 B per set)
     table_bytes: int          # page_table [B, width] int32 (allocated per set; its reads are not counted)
     flops: int                # 2 * 128 per (query row, visible key)
 
@@ -128,13 +128,15 @@ def geometry(case: Case) -> Geometry:
     tokens = case.batch * q_len
     page_bytes, q_dtype = KEYS[case.keys][1], KEYS[case.keys][2]
     q_elt = torch.empty((), dtype=q_dtype).element_size()
-    ws_alloc = heads * tokens * width * 4
+    ws_alloc = -(-msa_ops.index_decode_workspace_bytes(heads, tokens, width) // 256) * 256
+    # Scores are written for each request's needed pages, and not at all when nothing is scored (width <= 16).
+    ws_written = 4 * heads * q_len * sum(needed) if width > TOPK else 0
     return Geometry(
         lens=lens, needed=needed, width=width, pos=pos,
         key_bytes=sum(needed) * page_bytes,
         q_bytes=tokens * heads * INDEX_DIM * q_elt,
         out_bytes=heads * tokens * TOPK * 4,
-        ws_bytes=ws_alloc + 4 * heads * int(candidates.sum()),
+        ws_bytes=ws_written + 4 * heads * int(candidates.sum()),
         ws_alloc_bytes=ws_alloc,
         table_bytes=case.batch * width * 4,
         flops=2 * INDEX_DIM * heads * int(torch.clamp(pos + 1, min=0).sum()))
@@ -184,18 +186,19 @@ def make_page_tables(geo: Geometry, rotations: int, total_pages: int, gen: torch
 @dataclass
 class InputSets:
     """``rotations`` independent argument sets of one case (each with its own q, page table, seq_lens, out and
-    scores workspace; the keys of all sets live in one pool, on disjoint physical pages)."""
+    scores workspace, as an engine would call it: no scores_out; the keys of all sets live in one pool, on
+    disjoint physical pages)."""
     index_k: torch.Tensor
     index_k_scales: torch.Tensor | None
     q: torch.Tensor           # [R, B, Q, H, 128]
     tables: torch.Tensor      # [R, B, width]
     seq_lens: torch.Tensor    # [R, B]
     out: torch.Tensor         # [R, H, B*Q, 16]
-    scores: torch.Tensor      # [R, H, B*Q, width]
+    workspace: torch.Tensor   # uint8 [R, ws_alloc_bytes]
 
     def args(self, i: int) -> tuple[tuple, dict]:
         return ((self.q[i], self.index_k, self.tables[i], self.seq_lens[i]),
-                {"index_k_scales": self.index_k_scales, "out": self.out[i], "scores_out": self.scores[i]})
+                {"index_k_scales": self.index_k_scales, "out": self.out[i], "workspace": self.workspace[i]})
 
 
 def build_sets(case: Case, geo: Geometry, rotations: int, device: torch.device, seed: int) -> InputSets:
@@ -211,7 +214,7 @@ def build_sets(case: Case, geo: Geometry, rotations: int, device: torch.device, 
         index_k=index_k, index_k_scales=scales, q=q, tables=tables,
         seq_lens=geo.lens.to(device).repeat(rotations, 1).contiguous(),
         out=torch.full((rotations, case.heads, tokens, TOPK), POISON, dtype=torch.int32, device=device),
-        scores=torch.empty((rotations, case.heads, tokens, geo.width), dtype=torch.float32, device=device))
+        workspace=torch.empty((rotations, geo.ws_alloc_bytes), dtype=torch.uint8, device=device))
 
 
 def check_topk(out: torch.Tensor, pos: torch.Tensor) -> str:
@@ -406,8 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     print("bytes model per call (MBU numerator): index keys of each request's pages 0 .. its last token's local "
           "page, read once (" + ", ".join(f"{k} {v[1]} B/page" for k, v in KEYS.items() if k in args.keys) +
           ") + q (B*Q*H*128 x 1 B E4M3, 2 B BF16) + TopK out (H*B*Q*16*4 B); not counted: page_table / seq_lens "
-          "reads (4 B per page), and the fp32 scores workspace [H, B*Q, max_pages] (written in full, candidate "
-          "pages read back by the select step: column 'ws MB', an estimate)")
+          "reads (4 B per page), and the fp32 scores workspace [H, B*Q, max_pages] (needed pages written, candidate "
+          "pages read back by the select step, nothing when max_pages <= 16: column 'ws MB', an estimate)")
     print("MBU = bytes model / median time / copy roofline; TB/s = bytes model / median time; TFLOP/s = "
           f"2*{INDEX_DIM} FLOP per (query row, visible key) / median time")
     print(timing_protocol(cpu, "own q, page table, seq_lens, out, scores workspace; keys on disjoint pages of "

@@ -17,7 +17,8 @@ at::Tensor nvfp4_dequantize_cpu(const at::Tensor& packed, const at::Tensor& scal
 void index_decode_cpu(const at::Tensor& q_idx, const at::Tensor& index_k,
                       const std::optional<at::Tensor>& index_k_scales, const at::Tensor& page_table,
                       const at::Tensor& seq_lens, int64_t topk, int64_t init_blocks, int64_t local_blocks,
-                      const at::Tensor& out, const std::optional<at::Tensor>& scores_out);
+                      const at::Tensor& out, const std::optional<at::Tensor>& scores_out,
+                      const std::optional<at::Tensor>& workspace);
 void topk_select_cpu(const at::Tensor& scores, const at::Tensor& positions, int64_t topk, int64_t init_blocks,
                      int64_t local_blocks, const at::Tensor& out);
 
@@ -37,7 +38,8 @@ void sparse_decode_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tens
 void index_decode_cuda(const at::Tensor& q_idx, const at::Tensor& index_k,
                        const std::optional<at::Tensor>& index_k_scales, const at::Tensor& page_table,
                        const at::Tensor& seq_lens, int64_t topk, int64_t init_blocks, int64_t local_blocks,
-                       const at::Tensor& out, const std::optional<at::Tensor>& scores_out);
+                       const at::Tensor& out, const std::optional<at::Tensor>& scores_out,
+                       const std::optional<at::Tensor>& workspace);
 void topk_select_cuda(const at::Tensor& scores, const at::Tensor& positions, int64_t topk, int64_t init_blocks,
                       int64_t local_blocks, const at::Tensor& out);
 std::tuple<at::Tensor, at::Tensor> nvfp4_quantize_cuda(const at::Tensor& x, double global_scale);

@@ -26,9 +26,11 @@ TORCH_LIBRARY(msa, m) {
 
   // Decode indexer (shared/SPEC.md §4-§5; contract in msa_ops/ops.py). Out-variants: the caller (the Python
   // wrapper) preallocates `out` (TopK, int32 [H, B*Q, topk]) and the optional `scores_out` (fp32
-  // [H, B*Q, max_pages]), so that the CUDA op allocates nothing and can be captured in a CUDA graph.
+  // [H, B*Q, max_pages]); `workspace` (uint8, 1-D, >= 4 * H * B*Q * max_pages bytes) holds the scores when
+  // scores_out is absent. With either, the CUDA op allocates nothing and can be captured in a CUDA graph.
   m.def("index_decode(Tensor q_idx, Tensor index_k, Tensor? index_k_scales, Tensor page_table, Tensor seq_lens, "
-        "int topk, int init_blocks, int local_blocks, Tensor(a!) out, Tensor(b!)? scores_out) -> ()");
+        "int topk, int init_blocks, int local_blocks, Tensor(a!) out, Tensor(b!)? scores_out, "
+        "Tensor(c!)? workspace=None) -> ()");
   // TopK rows from precomputed page scores fp32 [H, T, max_pages] and the query positions int32 [T].
   m.def("topk_select(Tensor scores, Tensor positions, int topk, int init_blocks, int local_blocks, "
         "Tensor(a!) out) -> ()");

@@ -55,8 +55,8 @@ def _load_library() -> None:
 _load_library()
 
 from . import _fake  # noqa: E402,F401  (registers fake kernels for torch.compile)
-from .ops import (cuda_archs, index_decode, nvfp4_dequantize, nvfp4_quantize, sparse_decode,  # noqa: E402
-                  topk_select)
+from .ops import (cuda_archs, index_decode, index_decode_workspace_bytes, nvfp4_dequantize,  # noqa: E402
+                  nvfp4_quantize, sparse_decode, topk_select)
 
-__all__ = ["cuda_archs", "index_decode", "nvfp4_dequantize", "nvfp4_quantize", "sparse_decode", "topk_select",
-           "__version__"]
+__all__ = ["cuda_archs", "index_decode", "index_decode_workspace_bytes", "nvfp4_dequantize", "nvfp4_quantize",
+           "sparse_decode", "topk_select", "__version__"]

@@ -24,8 +24,9 @@ def _nvfp4_dequantize_fake(packed: torch.Tensor, scales: torch.Tensor, dtype: to
 
 @torch.library.register_fake("msa::index_decode")
 def _index_decode_fake(q_idx, index_k, index_k_scales, page_table, seq_lens, topk, init_blocks, local_blocks, out,
-                       scores_out) -> None:
-    # Writes out (and scores_out) in place; shapes are checked by the Python wrapper and the C++ op.
+                       scores_out, workspace=None) -> None:
+    # Writes out (and scores_out, and the workspace) in place; shapes are checked by the Python wrapper and the
+    # C++ op.
     return None
 
 

@@ -150,6 +150,18 @@ def _check_inner_contiguous(name: str, t: torch.Tensor) -> None:
         raise ValueError(f"the last dimension of {name} must be contiguous (stride 1), got strides {t.stride()}")
 
 
+def _check_workspace(workspace, ref: torch.Tensor, ref_name: str) -> torch.Tensor:
+    """A caller's scratch buffer: a contiguous 1-D uint8 tensor on ``ref``'s device."""
+    workspace = _require_tensor("workspace", workspace)
+    if workspace.dtype != torch.uint8:
+        raise TypeError(f"workspace must be uint8, got {workspace.dtype}")
+    if workspace.dim() != 1 or not workspace.is_contiguous():
+        raise ValueError(f"workspace must be a contiguous 1-D tensor, got shape {tuple(workspace.shape)} and "
+                         f"strides {workspace.stride()}")
+    _check_device("workspace", workspace, ref, ref_name)
+    return workspace
+
+
 def _check_paged(page_table: torch.Tensor, seq_lens: torch.Tensor, batch: int | None, ref: torch.Tensor,
                  ref_name: str) -> tuple[int, int]:
     """page_table int32 [B, max_pages] (unit inner stride) and seq_lens int32 [B] (contiguous) on ref's device;
@@ -189,7 +201,7 @@ def _check_topk_out(out, heads: int, tokens: int, topk: int, ref: torch.Tensor, 
 def index_decode(q_idx: torch.Tensor, index_k: torch.Tensor, page_table: torch.Tensor, seq_lens: torch.Tensor, *,
                  index_k_scales: torch.Tensor | None = None, topk: int = 16, init_blocks: int = 0,
                  local_blocks: int = 1, out: torch.Tensor | None = None,
-                 scores_out: torch.Tensor | None = None) -> torch.Tensor:
+                 scores_out: torch.Tensor | None = None, workspace: torch.Tensor | None = None) -> torch.Tensor:
     """MSA decode indexer: score every visible page, select the TopK pages per (index head, query token).
 
     Args:
@@ -202,7 +214,7 @@ def index_decode(q_idx: torch.Tensor, index_k: torch.Tensor, page_table: torch.T
             into a bigger cache allocation).
         page_table: int32 ``[B, max_pages]`` (max_pages in 1..8192), contiguous last dimension: logical page
             ``j`` of request ``b`` is physical page ``page_table[b, j]``. Entries past each request's last
-            needed page (its last token's local page) are never read and may hold anything (e.g. -1).
+            needed page (its last token's local page) are never used and may hold anything (e.g. -1).
         seq_lens: int32 ``[B]``, contiguous: the request's length *including* this step's Q tokens.
         index_k_scales: float8_e4m3fn ``[P, 128, 8]`` for NVFP4 keys (one scale per 16 elements), else None.
         topk, init_blocks, local_blocks: the TopK row layout (below); defaults give the MSA v1 contract.
@@ -210,6 +222,10 @@ def index_decode(q_idx: torch.Tensor, index_k: torch.Tensor, page_table: torch.T
             ``[B*Q, H, topk]`` buffer). Allocated when None.
         scores_out: optional float32 ``[H, B*Q, max_pages]`` (contiguous last dimension) that receives every
             page score (for tests, and for engines that want them). Every element is written.
+        workspace: optional contiguous 1-D uint8 tensor of at least
+            :func:`index_decode_workspace_bytes` ``(H, B*Q, max_pages)`` bytes, 16-byte aligned, that holds the
+            page scores when ``scores_out`` is None (ignored otherwise). Size it once for the largest shapes
+            and reuse it: with it the call allocates nothing (CUDA-graph capture).
 
     Returns:
         ``out``: int32 ``[H, B*Q, topk]`` logical page ids, head-major.
@@ -231,8 +247,9 @@ def index_decode(q_idx: torch.Tensor, index_k: torch.Tensor, page_table: torch.T
     Requires ``seq_lens[b] <= max_pages * 128`` and valid physical page ids for the pages read; the CPU op
     checks these values and raises, the CUDA op does not read device values on the host (no sync): there a
     page with an out-of-range id scores NaN (so it ranks last), and a token whose local page lies past the
-    page table gets an all -1 row. Without ``scores_out`` the CUDA op takes its scores workspace from torch's
-    caching allocator; pass ``scores_out`` for a call that allocates nothing.
+    page table gets an all -1 row. Without ``scores_out`` or ``workspace`` the CUDA op takes its scores buffer
+    from torch's caching allocator. With ``max_pages <= topk`` and no ``scores_out`` there is nothing to score
+    (every valid row is ``0 .. local``): only the selection kernel runs and no scores buffer is used.
     """
     q_idx = _require_tensor("q_idx", q_idx)
     index_k = _require_tensor("index_k", index_k)
@@ -270,9 +287,21 @@ def index_decode(q_idx: torch.Tensor, index_k: torch.Tensor, page_table: torch.T
                              f"got {tuple(scores_out.shape)}")
         _check_inner_contiguous("scores_out", scores_out)
         _check_device("scores_out", scores_out, q_idx, "q_idx")
+    if workspace is not None:
+        workspace = _check_workspace(workspace, q_idx, "q_idx")
+        need = index_decode_workspace_bytes(heads, tokens, max_pages)
+        if workspace.numel() < need:
+            raise ValueError(f"workspace needs at least {need} bytes (4 * H * B*Q * max_pages), got "
+                             f"{workspace.numel()}")
     torch.ops.msa.index_decode(q_idx, index_k, index_k_scales, page_table, seq_lens, topk, init_blocks,
-                               local_blocks, out, scores_out)
+                               local_blocks, out, scores_out, workspace)
     return out
+
+
+def index_decode_workspace_bytes(heads: int, tokens: int, max_pages: int) -> int:
+    """Bytes of :func:`index_decode`'s ``workspace`` for H index heads, B*Q query tokens and a page table of
+    width max_pages: the fp32 page scores ``[H, B*Q, max_pages]``."""
+    return 4 * heads * tokens * max_pages
 
 
 def topk_select(scores: torch.Tensor, positions: torch.Tensor, *, topk: int = 16, init_blocks: int = 0,
@@ -491,13 +520,7 @@ def sparse_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk: torch
             raise ValueError(f"lse must have shape {(tokens, q_heads)} (tokens, query heads), got {tuple(lse.shape)}")
         _check_device("lse", lse, q, "q")
     if workspace is not None:
-        workspace = _require_tensor("workspace", workspace)
-        if workspace.dtype != torch.uint8:
-            raise TypeError(f"workspace must be uint8, got {workspace.dtype}")
-        if workspace.dim() != 1 or not workspace.is_contiguous():
-            raise ValueError(f"workspace must be a contiguous 1-D tensor, got shape {tuple(workspace.shape)} and "
-                             f"strides {workspace.stride()}")
-        _check_device("workspace", workspace, q, "q")
+        workspace = _check_workspace(workspace, q, "q")
 
     torch.ops.msa.sparse_decode(q, k, v, k_scales, v_scales, topk, page_table, seq_lens, sm_scale, out, lse,
                                 workspace)

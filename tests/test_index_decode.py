@@ -49,10 +49,29 @@ def _check_case(case, topk: int = 16, init_blocks: int = 0, local_blocks: int = 
     # The selection on the kernel's own scores is exactly defined (ties to the lower page id).
     own = R.topk_select_reference(scores_out.cpu(), positions, topk, init_blocks, local_blocks)
     assert_topk_equal(out, own, topk, init_blocks, local_blocks, positions, what=f"{what} topk vs own scores")
-    # Without scores_out (scores in a workspace) the TopK is the same.
+    # Without scores_out (scores in an internal buffer, or in the caller's poisoned workspace; with
+    # max_pages <= topk nothing is scored at all) the TopK is the same.
     again = msa_ops.index_decode(*case.call_args(), index_k_scales=case.index_k_scales, topk=topk,
                                  init_blocks=init_blocks, local_blocks=local_blocks)
     assert_topk_equal(again, out, what=f"{what} topk without scores_out")
+    need = msa_ops.index_decode_workspace_bytes(case.heads, case.tokens, case.max_pages)
+    workspace = torch.full((need + 64,), 0xFF, dtype=torch.uint8, device=device)  # 0xFFFFFFFF: NaN scores
+    again = msa_ops.index_decode(*case.call_args(), index_k_scales=case.index_k_scales, topk=topk,
+                                 init_blocks=init_blocks, local_blocks=local_blocks,
+                                 out=poison_topk(case.heads, case.tokens, topk, device), workspace=workspace)
+    assert_topk_equal(again, out, what=f"{what} topk with a workspace")
+    assert bool((workspace[need:] == 0xFF).all()), "wrote past the workspace's scores"
+    if case.max_pages <= topk:
+        assert bool((workspace == 0xFF).all()), "nothing to score, yet the workspace was written"
+    else:
+        # Each request's needed pages are scored in the workspace exactly as in scores_out (the CUDA op runs
+        # them through its flat grid of length-sized runs, scores_out through the 2-D grid).
+        ws_scores = workspace[:need].view(torch.float32).view(case.heads, case.tokens, case.max_pages).cpu()
+        needed = [(int(n) - 1) // 128 + 1 if int(n) >= 1 else 0 for n in cpu.seq_lens]
+        for t in range(case.tokens):
+            n = needed[t // case.q_len]
+            torch.testing.assert_close(ws_scores[:, t, :n], scores_out[:, t, :n].cpu(), rtol=0, atol=0,
+                                       equal_nan=True, msg=lambda m: f"{what} workspace scores, token {t}: {m}")
     return out, scores_out, ref_scores
 
 
@@ -184,6 +203,20 @@ def test_strided_views(device, key_format):
     dense = [t.contiguous() for t in case.call_args()]
     scales = None if case.index_k_scales is None else case.index_k_scales.contiguous()
     assert_topk_equal(out, msa_ops.index_decode(*dense, index_k_scales=scales), what="views vs contiguous")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch", [24, 128, 130])
+def test_many_uneven_requests(device, batch):
+    # Lengths spread over orders of magnitude, padding requests among them: the CUDA op sizes its runs from the
+    # true lengths (flat grid: 2..128 requests and runs of >= 8 pages on the 2-D grid, so max_pages >= 8 x 528 /
+    # B on the H200; 130 requests take the 2-D grid), and _check_case compares the workspace's scores with
+    # scores_out's page by page.
+    g = torch.Generator().manual_seed(batch)
+    lens = torch.randint(1, 24_000 if batch <= 24 else 4_500, (batch,), generator=g)
+    lens[torch.randperm(batch, generator=g)[:3]] = torch.tensor([0, 3, 2049 + batch])
+    case = make_index_decode_case(lens.tolist(), q_len=2, heads=4, key_format="nvfp4", seed=41 + batch, device=device)
+    _check_case(case, what=f"{batch} uneven requests")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -331,6 +364,12 @@ def test_bad_inputs_raise_clear_errors(device):
     raises(ValueError, "scores_out must have shape", scores_out=torch.empty(2, 4, 2, device=device))
     raises(ValueError, "last dimension of scores_out must be contiguous",
            scores_out=torch.empty(2, 4, 6, device=device)[..., ::2])
+    need = msa_ops.index_decode_workspace_bytes(2, 4, case.max_pages)
+    raises(TypeError, "workspace must be uint8", workspace=torch.empty(need, device=device))
+    raises(ValueError, "workspace must be a contiguous 1-D tensor",
+           workspace=torch.empty(2, need, dtype=torch.uint8, device=device))
+    raises(ValueError, f"workspace needs at least {need} bytes",
+           workspace=torch.empty(need - 1, dtype=torch.uint8, device=device))
     # topk_select
     scores = torch.zeros(2, 4, 10, device=device)
     positions = torch.zeros(4, dtype=torch.int32, device=device)
@@ -354,6 +393,14 @@ def test_bad_inputs_raise_clear_errors(device):
         torch.ops.msa.index_decode(q, k, ks, pt, sl, 16, 8, 9, out, None)
     with pytest.raises(RuntimeError, match="out has overlapping elements"):
         torch.ops.msa.index_decode(q, k, ks, pt, sl, 16, 0, 1, out[:, :1].expand(2, 4, 16), None)
+    workspace = torch.empty(need + 16, dtype=torch.uint8, device=device)
+    with pytest.raises(RuntimeError, match="workspace needs at least"):
+        torch.ops.msa.index_decode(q, k, ks, pt, sl, 16, 0, 1, out, None, workspace[:need - 4])
+    with pytest.raises(RuntimeError, match="workspace must start on a 16-byte boundary"):
+        torch.ops.msa.index_decode(q, k, ks, pt, sl, 16, 0, 1, out, None, workspace[4:])
+    with pytest.raises(RuntimeError, match="out and workspace must not share memory"):
+        big = torch.empty(1024, dtype=torch.uint8, device=device)
+        torch.ops.msa.index_decode(q, k, ks, pt, sl, 16, 0, 1, big.view(torch.int32)[:128].view(2, 4, 16), None, big)
     with pytest.raises(RuntimeError, match="positions must have shape"):
         torch.ops.msa.topk_select(scores, positions[:3], 16, 0, 1, out)
 
@@ -387,6 +434,9 @@ def test_opcheck(device, key_format):
     inputs_before = [t.clone() for t in args[:5] if t is not None]
     torch.library.opcheck(torch.ops.msa.index_decode.default, args, test_utils=utils)
     torch.library.opcheck(torch.ops.msa.index_decode.default, args[:-1] + (None,), test_utils=utils)
+    workspace = torch.empty(msa_ops.index_decode_workspace_bytes(case.heads, case.tokens, case.max_pages),
+                            dtype=torch.uint8, device=device)
+    torch.library.opcheck(torch.ops.msa.index_decode.default, args[:-1] + (None, workspace), test_utils=utils)
     for before, after in zip(inputs_before, [t for t in args[:5] if t is not None]):
         assert torch.equal(before.view(torch.uint8), after.view(torch.uint8))
     positions = R.decode_positions(case.seq_lens, case.q_len).to(torch.int32)
@@ -419,9 +469,18 @@ def test_cuda_graph_replay_sees_in_place_updates():
     case.seq_lens.copy_(torch.tensor([5000, 300, 2049], dtype=torch.int32))
     out = torch.empty(case.heads, case.tokens, 16, dtype=torch.int32, device="cuda")
     scores = torch.empty(case.heads, case.tokens, case.max_pages, device="cuda")
+    # The same call with the scores in a workspace, and a short one with nothing to score (max_pages <= 16).
+    out_ws = torch.empty_like(out)
+    workspace = torch.empty(msa_ops.index_decode_workspace_bytes(case.heads, case.tokens, case.max_pages),
+                            dtype=torch.uint8, device="cuda")
+    short = make_index_decode_case([2048, 1, 900], q_len=8, heads=4, key_format="nvfp4", seed=113, device="cuda")
+    short.seq_lens.copy_(torch.tensor([5, 1000, 2048], dtype=torch.int32))
+    out_short = torch.empty(short.heads, short.tokens, 16, dtype=torch.int32, device="cuda")
 
     def call():
         msa_ops.index_decode(*case.call_args(), index_k_scales=case.index_k_scales, out=out, scores_out=scores)
+        msa_ops.index_decode(*case.call_args(), index_k_scales=case.index_k_scales, out=out_ws, workspace=workspace)
+        msa_ops.index_decode(*short.call_args(), index_k_scales=short.index_k_scales, out=out_short)
 
     call()  # warm up outside capture
     graph = torch.cuda.CUDAGraph()
@@ -429,8 +488,11 @@ def test_cuda_graph_replay_sees_in_place_updates():
         call()
     case.seq_lens.copy_(torch.tensor([10_000, 7, 4097], dtype=torch.int32))
     case.q_idx.copy_(make_index_decode_case(longest, q_len=8, heads=4, key_format="nvfp4", seed=112).q_idx)
+    short.seq_lens.copy_(torch.tensor([2048, 7, 900], dtype=torch.int32))
     scores.fill_(math.nan)
     out.fill_(-7)
+    out_ws.fill_(-7)
+    out_short.fill_(-7)
     graph.replay()
     torch.cuda.synchronize()
     cpu = case.to("cpu")
@@ -440,15 +502,23 @@ def test_cuda_graph_replay_sees_in_place_updates():
     assert_topk_contract(out, ref_scores, positions, what="graph topk")
     eager = msa_ops.index_decode(*case.call_args(), index_k_scales=case.index_k_scales)
     assert_topk_equal(out, eager, what="graph vs eager")
+    assert_topk_equal(out_ws, eager, what="graph with a workspace vs eager")
+    short_cpu = short.to("cpu")
+    short_ref = R.topk_select_reference(torch.zeros(short.heads, short.tokens, short.max_pages),
+                                        R.decode_positions(short_cpu.seq_lens, short.q_len))
+    assert torch.equal(out_short.cpu(), short_ref), "graph, nothing to score: TopK rows"
 
 
 @requires_cuda
-@pytest.mark.parametrize("knob, choice", [("MSA_INDEX_SCORES", "1"), ("MSA_INDEX_PAGES_PER_CTA", "64")],
-                         ids=["mma-sync", "64-pages-per-cta"])
+@pytest.mark.parametrize("knob, choice", [("MSA_INDEX_SCORES", "1"), ("MSA_INDEX_PAGES_PER_CTA", "64"),
+                                          ("MSA_PDL", "0"), ("MSA_INDEX_FLAT_GRID", "0")],
+                         ids=["mma-sync", "64-pages-per-cta", "no-pdl", "no-flat-grid"])
 def test_cuda_score_kernel_knob(knob, choice):
     # MSA_INDEX_SCORES=1 forces the mma.sync score kernel (the path of non-Hopper GPUs) on any GPU;
     # MSA_INDEX_PAGES_PER_CTA=64 the longest runs per CTA of the Hopper kernel (odd page counts per run, runs
-    # ending mid-request). Knobs are read once per process, so the CUDA score cases rerun in a subprocess.
+    # ending mid-request); MSA_PDL=0 plain launches (no programmatic dependent launch); MSA_INDEX_FLAT_GRID=0
+    # the 2-D grid without scores_out too. Knobs are read once per process, so the CUDA score cases rerun in a
+    # subprocess.
     selection = "cuda and (lengths or query_lengths or page_layouts or padding or nan_keys or strided)"
     result = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:logging", "-k", selection],
                             env={**os.environ, knob: choice}, capture_output=True, text=True)

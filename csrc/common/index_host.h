@@ -28,6 +28,8 @@ struct DecodeShape {
   int64_t max_pages = 0;
   KeyFormat keys = KeyFormat::kE4M3;
   int64_t tokens() const { return batch * q_len; }
+  // Bytes of the fp32 scores [H, B*Q, max_pages] (the workspace when scores_out is absent).
+  int64_t workspace_bytes() const { return 4 * heads * tokens() * max_pages; }
 };
 
 inline void check_topk_options(int64_t topk, int64_t init_blocks, int64_t local_blocks, const char* op) {
@@ -101,7 +103,8 @@ inline DecodeShape check_index_decode_args(const at::Tensor& q_idx, const at::Te
                                            const std::optional<at::Tensor>& index_k_scales,
                                            const at::Tensor& page_table, const at::Tensor& seq_lens, int64_t topk,
                                            int64_t init_blocks, int64_t local_blocks, const at::Tensor& out,
-                                           const std::optional<at::Tensor>& scores_out) {
+                                           const std::optional<at::Tensor>& scores_out,
+                                           const std::optional<at::Tensor>& workspace) {
   const char* op = "msa::index_decode";
   DecodeShape s;
 
@@ -170,7 +173,32 @@ inline DecodeShape check_index_decode_args(const at::Tensor& q_idx, const at::Te
     TORCH_CHECK(overlap != at::MemOverlapStatus::Full && overlap != at::MemOverlapStatus::Partial, op,
                 ": out and scores_out must not share memory");
   }
+  if (workspace.has_value()) {
+    const at::Tensor& ws = *workspace;
+    TORCH_CHECK(ws.scalar_type() == at::kByte, op, ": workspace must be uint8, got ", ws.scalar_type());
+    TORCH_CHECK(ws.dim() == 1 && ws.is_contiguous(), op, ": workspace must be a contiguous 1-D tensor, got shape ",
+                ws.sizes(), " and strides ", ws.strides());
+    TORCH_CHECK(ws.numel() >= s.workspace_bytes(), op, ": workspace needs at least ", s.workspace_bytes(),
+                " bytes (4 * H * B*Q * max_pages), got ", ws.numel());
+    TORCH_CHECK(reinterpret_cast<uintptr_t>(ws.data_ptr()) % 16 == 0, op,
+                ": workspace must start on a 16-byte boundary");
+    check_same_device(ws, "workspace", q_idx, "q_idx", op);
+    const at::MemOverlapStatus overlap = at::get_overlap_status(out, ws);
+    TORCH_CHECK(overlap != at::MemOverlapStatus::Full && overlap != at::MemOverlapStatus::Partial, op,
+                ": out and workspace must not share memory");
+  }
   return s;
+}
+
+// The fp32 scores [H, B*Q, max_pages]: scores_out when given, else the caller's workspace, else a new tensor.
+inline at::Tensor scores_buffer(const DecodeShape& s, const at::Tensor& q_idx,
+                                const std::optional<at::Tensor>& scores_out,
+                                const std::optional<at::Tensor>& workspace) {
+  if (scores_out.has_value()) return *scores_out;
+  if (workspace.has_value()) {
+    return workspace->narrow(0, 0, s.workspace_bytes()).view(at::kFloat).view({s.heads, s.tokens(), s.max_pages});
+  }
+  return at::empty({s.heads, s.tokens(), s.max_pages}, q_idx.options().dtype(at::kFloat));
 }
 
 // topk_select: scores float32 [H, T, max_pages] (unit inner stride), positions int32 [T] (contiguous).

@@ -86,10 +86,11 @@ struct RequestQueries {
 };
 
 // Page scores [H, B*Q, max_pages]: -inf everywhere, then every page some token can see. Reads seq_lens and
-// page_table values (fine on the CPU) and checks them.
+// page_table values (fine on the CPU) and checks them. `dot_products` false: the checks only (scores untouched).
 void compute_scores(const DecodeShape& s, const at::Tensor& q_idx, const KeyCache& cache,
-                    const at::Tensor& page_table, const at::Tensor& seq_lens, const at::Tensor& scores) {
-  scores.fill_(kNegInf);
+                    const at::Tensor& page_table, const at::Tensor& seq_lens, const at::Tensor& scores,
+                    bool dot_products) {
+  if (dot_products) scores.fill_(kNegInf);
   const int32_t* lens = seq_lens.data_ptr<int32_t>();
   const int32_t* table = page_table.data_ptr<int32_t>();
   const int64_t table_row_stride = page_table.stride(0);
@@ -119,7 +120,7 @@ void compute_scores(const DecodeShape& s, const at::Tensor& q_idx, const KeyCach
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = std::upper_bound(first_item.begin(), first_item.end(), item) - first_item.begin() - 1;
       const int64_t page = item - first_item[b];
-      if (b != loaded_request) {  // widen this request's Q x H query rows once
+      if (b != loaded_request && dot_products) {  // widen this request's Q x H query rows once
         for (int64_t i = 0; i < s.q_len; ++i) {
           for (int64_t h = 0; h < s.heads; ++h) {
             float* dst = q.data() + (i * s.heads + h) * kIndexDim;
@@ -139,6 +140,7 @@ void compute_scores(const DecodeShape& s, const at::Tensor& q_idx, const KeyCach
       const int32_t physical = table[b * table_row_stride + page];
       TORCH_CHECK(physical >= 0 && physical < s.physical_pages, "msa::index_decode: page_table[", b, ", ", page,
                   "] = ", physical, " is not a page of index_k (", s.physical_pages, " pages)");
+      if (!dot_products) continue;
       load_page_keys(cache, physical, keys.data());
 
       // Keys visible to token i on this page: all 128 before its local page, up to pos % 128 on it.
@@ -232,9 +234,10 @@ void select_rows(const at::Tensor& scores, PositionOf position_of, int64_t topk,
 void index_decode_cpu(const at::Tensor& q_idx, const at::Tensor& index_k,
                       const std::optional<at::Tensor>& index_k_scales, const at::Tensor& page_table,
                       const at::Tensor& seq_lens, int64_t topk, int64_t init_blocks, int64_t local_blocks,
-                      const at::Tensor& out, const std::optional<at::Tensor>& scores_out) {
+                      const at::Tensor& out, const std::optional<at::Tensor>& scores_out,
+                      const std::optional<at::Tensor>& workspace) {
   const DecodeShape s = index::check_index_decode_args(q_idx, index_k, index_k_scales, page_table, seq_lens, topk,
-                                                       init_blocks, local_blocks, out, scores_out);
+                                                       init_blocks, local_blocks, out, scores_out, workspace);
   TORCH_CHECK(q_idx.device().is_cpu(), "msa::index_decode: tensors must be on the CPU here, got ", q_idx.device());
   if (s.tokens() == 0) return;
 
@@ -253,11 +256,11 @@ void index_decode_cpu(const at::Tensor& q_idx, const at::Tensor& index_k,
     cache.scale_token_stride = index_k_scales->stride(1);
   }
 
-  // The scores go to scores_out when given, else to a scratch buffer (the CPU op may allocate).
-  const at::Tensor scores = scores_out.has_value()
-                                ? *scores_out
-                                : at::empty({s.heads, s.tokens(), s.max_pages}, q_idx.options().dtype(at::kFloat));
-  compute_scores(s, q_idx, cache, page_table, seq_lens, scores);
+  // The scores go to scores_out when given, else to the workspace or a scratch buffer. Without scores_out and
+  // with max_pages <= topk no row has history to select (every valid row is 0 .. local), so the inputs are
+  // checked but nothing is scored, as in the CUDA op.
+  const at::Tensor scores = index::scores_buffer(s, q_idx, scores_out, workspace);
+  compute_scores(s, q_idx, cache, page_table, seq_lens, scores, scores_out.has_value() || s.max_pages > topk);
 
   const int32_t* lens = seq_lens.data_ptr<int32_t>();
   const int64_t q_len = s.q_len;

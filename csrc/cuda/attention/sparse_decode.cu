@@ -16,6 +16,7 @@
 // MSA_SPARSE_DECODE_SPLITS sets its split count too (1-8).
 #include <algorithm>
 
+#include "cuda/common/launch.cuh"
 #include "cuda/attention/sparse_decode_kernels.cuh"
 #include "cuda/attention/sparse_decode_launch.h"
 #include "cuda/attention/sparse_decode_split_kernels.cuh"
@@ -34,28 +35,14 @@ LaunchStatus launch_v1(const SparseDecodeArgs& a, cudaStream_t stream) {
   if (!ready.is_ok()) return ready;
   const int group = a.q_heads / a.kv_heads;
   const dim3 grid(a.tokens, a.kv_heads, (group + AttnConfig::kRows - 1) / AttnConfig::kRows);
-  kernel<<<grid, AttnConfig::kThreads, kSmem, stream>>>(a);
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
-  return LaunchStatus::ok();
+  return msa::cuda::launch_kernel(kernel, grid, AttnConfig::kThreads, kSmem, stream, a);
 }
 
 // One launch of `kernel(a, splits)` in clusters of `splits` CTAs along x.
 template <typename Kernel>
 LaunchStatus launch_clusters(Kernel kernel, dim3 grid, int threads, int smem, int splits, const SparseDecodeArgs& a,
                              cudaStream_t stream) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute = msa::cuda::cluster_attribute(splits);
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  cudaError_t err = cudaLaunchKernelEx(&config, kernel, a, splits);
-  if (err == cudaSuccess) err = cudaGetLastError();
-  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
-  return LaunchStatus::ok();
+  return msa::cuda::launch_kernel_clusters(kernel, grid, threads, smem, splits, stream, a, splits);
 }
 
 // Split count of the split kernel. `wave`: its CTAs resident on the GPU at once; `kernel`, `smem`: for the

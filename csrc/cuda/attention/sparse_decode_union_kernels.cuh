@@ -39,6 +39,7 @@
 
 #include "cuda/attention/sparse_decode_launch.h"
 #include "cuda/attention/sparse_decode_split_kernels.cuh"  // pack2, fast_exp2, scale_byte
+#include "cuda/common/block_scan.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/index/index_stream_kernels.cuh"  // the Q8KV4 decode: fill_product_tables, e2m1x8_to_e4m3x8
@@ -170,30 +171,6 @@ __device__ __forceinline__ void e4m3x16_to_f16(uint4 w, uint4& lo, uint4& hi) {
   hi = make_uint4(e4m3_lo_to_f16x2(w.z), e4m3_hi_to_f16x2(w.z), e4m3_lo_to_f16x2(w.w), e4m3_hi_to_f16x2(w.w));
 }
 
-// Exclusive prefix over the block of `value` (>= 0) and the block's total; uses `counts[kWarps]` (shared) and
-// synchronises the block twice.
-__device__ __forceinline__ int block_exclusive_scan(int value, int* counts, int& total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int incl = value;
-#pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    const int y = __shfl_up_sync(0xFFFFFFFFu, incl, d);
-    if (lane >= d) incl += y;
-  }
-  if (lane == 31) counts[warp] = incl;
-  __syncthreads();
-  int before = 0;
-  total = 0;
-#pragma unroll
-  for (int w = 0; w < Cfg::kWarps; ++w) {
-    const int c = counts[w];
-    before += w < warp ? c : 0;
-    total += c;
-  }
-  __syncthreads();  // counts may be reused
-  return before + incl - value;
-}
-
 // ---- loads and decode of one unit ------------------------------------------------------------------------
 
 // Cache pointers of a unit's first key row (page `physical`, KV head hk, key 64 half), per tensor.
@@ -319,6 +296,9 @@ __device__ __forceinline__ void load_query_fragments(const uint8_t* qrow, int64_
 template <KvKind kKv>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(const SparseDecodeArgs a, int splits) {
 #if MSA_WGMMA
+  // Programmatic dependent launch (launch_status.h): nothing is read or written before this. The next kernel
+  // may launch when this grid exits (no early trigger: its CTAs would take SM slots unevenly).
+  msa::cuda::grid_dependency_wait();
   using L = Layout<kKv>;
   using R = Raw<kKv>;
   constexpr bool kBF16 = kKv == KvKind::kBF16;
@@ -396,7 +376,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
       }
     }
     int found = 0;
-    const int at = n_pages + block_exclusive_scan(listed != 0 ? 1 : 0, counts, found);
+    const int at = n_pages + msa::cuda::block_exclusive_scan<Cfg::kWarps>(listed != 0 ? 1 : 0, counts, found);
     if (listed != 0) {
       pages[at] = make_int4(physical, p, static_cast<int>(listed & 0xFFFFFFFFu), static_cast<int>(listed >> 32));
     }
@@ -412,7 +392,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
       live = min(Cfg::kPage, pos0 + last - entry_page(e) * Cfg::kPage + 1);
       mine_units = live > Cfg::kKeys ? 2 : 1;
     }
-    const int at = block_exclusive_scan(mine_units, counts, n_units);
+    const int at = msa::cuda::block_exclusive_scan<Cfg::kWarps>(mine_units, counts, n_units);
     if (tid < n_pages) {
       units[at] = (tid << 8) | min(live, Cfg::kKeys);
       if (mine_units == 2) units[at + 1] = (tid << 8) | (1 << 7) | (live - Cfg::kKeys);

@@ -114,6 +114,22 @@ inline cudaLaunchAttribute cluster_attribute(int cluster) {
   return attribute;
 }
 
+// Programmatic dependent launch: a kernel launched with this attribute may start while the previous kernel in
+// the stream is still running (once that kernel's CTAs have all called allow_dependent_launch, or exited);
+// it must call grid_dependency_wait (mma.cuh) before its first global memory access. Hides the launch latency
+// between back-to-back kernels (also inside CUDA graphs). Hopper and later; MSA_PDL=0 turns it off (benchmark
+// knob), and it is off on older GPUs.
+inline bool pdl_enabled(int cc_major) {
+  static const int choice = env_choice("MSA_PDL", {0, 1}, 1);
+  return choice == 1 && cc_major >= 9;
+}
+inline cudaLaunchAttribute pdl_attribute() {
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  return attribute;
+}
+
 // Clusters of `cluster` CTAs of `kernel` resident at once (cudaOccupancyMaxActiveClusters: a cluster must fit
 // inside one GPC, so this can be less than resident_blocks / cluster), cached per (kernel, device, cluster).
 inline LaunchStatus resident_clusters(const void* kernel, int threads, int dynamic_smem, int cluster, int& clusters) {

@@ -102,4 +102,20 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   }
 }
 
+// Programmatic dependent launch (sm_90+; see launch_status.h's pdl_attribute). grid_dependency_wait: returns
+// once the grids this one depends on have completed and their writes are visible; a no-op for a launch without
+// the attribute. Call it before the first global read or write. allow_dependent_launch: the next kernel in the
+// stream (launched with the attribute) may start once every CTA of this grid has called it or exited; that
+// kernel still waits in its own grid_dependency_wait for this grid's completion before it touches memory.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 }  // namespace msa::cuda

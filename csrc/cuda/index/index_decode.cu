@@ -2,6 +2,7 @@
 // index_host.cpp.
 #include <algorithm>
 
+#include "cuda/common/launch.cuh"
 #include "cuda/index/index_kernels.cuh"
 #include "cuda/index/index_launch.h"
 #include "cuda/index/index_stream_kernels.cuh"
@@ -12,12 +13,6 @@ namespace {
 
 using msa::cuda::LaunchStatus;
 
-LaunchStatus last_error() {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
-  return LaunchStatus::ok();
-}
-
 template <KeyKind kKeys, int kMTiles>
 LaunchStatus launch_scores_tiles(const ScoreArgs& a, cudaStream_t stream) {
   auto kernel = index_scores_kernel<kKeys, kMTiles>;
@@ -25,8 +20,7 @@ LaunchStatus launch_scores_tiles(const ScoreArgs& a, cudaStream_t stream) {
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel), kSmem);
   if (!ready.is_ok()) return ready;
   const dim3 grid((a.max_pages + ScoreConfig::kPagesPerCta - 1) / ScoreConfig::kPagesPerCta, a.batch);
-  kernel<<<grid, ScoreConfig::kThreads, kSmem, stream>>>(a);
-  return last_error();
+  return msa::cuda::launch_kernel(kernel, grid, ScoreConfig::kThreads, kSmem, stream, a);
 }
 
 LaunchStatus launch_scores_bf16(const ScoreArgs& a, cudaStream_t stream) {
@@ -53,8 +47,8 @@ LaunchStatus launch_stream_tiles(ScoreArgs a, int sms, cudaStream_t stream) {
   if (!ready.is_ok()) return ready;
   a.pages_per_unit = choose_pages_per_unit(a, sms, 16, 32);
   const int pages_per_cta = StreamConfig::kWarps * a.pages_per_unit;
-  kernel<<<dim3((a.max_pages + pages_per_cta - 1) / pages_per_cta, a.batch), StreamConfig::kThreads, 0, stream>>>(a);
-  return last_error();
+  return msa::cuda::launch_kernel(kernel, dim3((a.max_pages + pages_per_cta - 1) / pages_per_cta, a.batch),
+                                  StreamConfig::kThreads, 0, stream, a);
 }
 
 // Pages per CTA of the wgmma kernel, from host-known shapes only. The CTAs of a request are counted per request
@@ -74,6 +68,22 @@ int wgmma_pages_per_cta(const ScoreArgs& a, int slots) {
   return std::clamp(pages, 1, WgmmaConfig::kMaxPagesPerUnit);
 }
 
+// CTAs of the wgmma kernel's flat grid (flat_run: runs sized from the true lengths on the device), or 0 for the
+// 2-D grid. Flat for 2..128 requests when only the needed pages are written (the 2-D grid also covers the -inf
+// pages of scores_out) and no run length is forced: whole waves of `slots` CTAs, enough that runs of
+// kMaxPagesPerUnit pages cover B x max_pages (sum_b ceil(needed_b / run) <= CTAs - B for any lengths). The
+// CTAs past the last run exit at once, inside the last wave.
+int flat_grid_ctas(const ScoreArgs& a, int slots) {
+  static const bool off = msa::cuda::env_choice("MSA_INDEX_FLAT_GRID", {0, 1}, 1) == 0;
+  static const bool forced = msa::cuda::env_choice("MSA_INDEX_PAGES_PER_CTA",
+                                                   {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}, 0) != 0;
+  if (off || forced || a.write_all_pages || a.batch < 2 || a.batch > WgmmaConfig::kThreads) return 0;
+  const int64_t needed = (int64_t(a.batch) * a.max_pages + WgmmaConfig::kMaxPagesPerUnit - 1) /
+                         WgmmaConfig::kMaxPagesPerUnit + a.batch;
+  const int64_t waves = (needed + slots - 1) / slots;
+  return static_cast<int>(std::min<int64_t>(waves * slots, 1 << 30));
+}
+
 template <KeyKind kKeys, int kN>
 LaunchStatus launch_wgmma_rows(ScoreArgs a, cudaStream_t stream) {
   const bool dense = a.key_stride_token == WgmmaConfig::row_bytes(kKeys) &&
@@ -86,9 +96,14 @@ LaunchStatus launch_wgmma_rows(ScoreArgs a, cudaStream_t stream) {
                                                         0, slots);
   if (!sized.is_ok()) return sized;
   a.pages_per_unit = wgmma_pages_per_cta(a, slots);
-  kernel<<<dim3((a.max_pages + a.pages_per_unit - 1) / a.pages_per_unit, a.batch), WgmmaConfig::kThreads, 0,
-           stream>>>(a);
-  return last_error();
+  // The flat grid pays a dependent load and two block scans before its first key load (~1 us); it wins where
+  // long runs of requests of different lengths set the time (H200, 2026-12-03, NVFP4 H = 4, us, 2-D -> flat:
+  // B8 N100K 41.1 -> 37.8, B8 N200K 68.4 -> 64.0, B32 N50K 68.0 -> 64.6, B32 N100K 124.4 -> 117.7) and loses
+  // on short ones (B8 N10000, 2-page runs: 11.5 -> 12.8; B4 N32000, 3 pages: 14.1 -> 14.3).
+  a.flat_ctas = a.pages_per_unit >= 8 ? flat_grid_ctas(a, slots) : 0;
+  if (a.flat_ctas > 0) return msa::cuda::launch_kernel(kernel, dim3(a.flat_ctas), WgmmaConfig::kThreads, 0, stream, a);
+  return msa::cuda::launch_kernel(kernel, dim3((a.max_pages + a.pages_per_unit - 1) / a.pages_per_unit, a.batch),
+                                  WgmmaConfig::kThreads, 0, stream, a);
 }
 
 // The wgmma kernel addresses keys with 32-bit page strides and 32-bit offsets inside a page (one IMAD.WIDE
@@ -146,14 +161,12 @@ LaunchStatus launch_select(const SelectArgs& args, cudaStream_t stream) {
     const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
     if (!ready.is_ok()) return ready;
     const int ctas = (rows + WarpSelectConfig::kWarps - 1) / WarpSelectConfig::kWarps;
-    kernel<<<ctas, WarpSelectConfig::kThreads, 0, stream>>>(args);
-    return last_error();
+    return msa::cuda::launch_kernel(kernel, dim3(ctas), WarpSelectConfig::kThreads, 0, stream, args);
   }
   auto kernel = topk_select_kernel;
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
   if (!ready.is_ok()) return ready;
-  kernel<<<rows, SelectConfig::kThreads, 0, stream>>>(args);
-  return last_error();
+  return msa::cuda::launch_kernel(kernel, dim3(rows), SelectConfig::kThreads, 0, stream, args);
 }
 
 }  // namespace msa::index

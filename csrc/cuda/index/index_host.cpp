@@ -1,6 +1,8 @@
 // CUDA host code of the decode indexer: checks (shared with the CPU op), alignment, the scores workspace,
-// two launches on the current stream. Never reads device data: CUDA-graph safe when the caller passes
-// scores_out (otherwise the scores workspace comes from torch's caching allocator).
+// two launches on the current stream (one when there is nothing to score). Never reads device data: CUDA-graph
+// safe; allocates nothing when the caller passes scores_out or a workspace (or when there is nothing to score).
+#include <array>
+
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -14,15 +16,18 @@
 namespace msa {
 namespace {
 
-index::SelectArgs select_args(const at::Tensor& scores, int64_t topk, int64_t init_blocks, int64_t local_blocks,
-                              const at::Tensor& out) {
+// `scores` may be undefined (no history to select anywhere): heads, tokens and max_pages then come from `dims`.
+index::SelectArgs select_args(const at::Tensor& scores, at::IntArrayRef dims, int64_t topk, int64_t init_blocks,
+                              int64_t local_blocks, const at::Tensor& out) {
   index::SelectArgs a{};
-  a.scores = scores.data_ptr<float>();
-  a.scores_stride_h = scores.stride(0);
-  a.scores_stride_t = scores.stride(1);
-  a.heads = static_cast<int>(scores.size(0));
-  a.tokens = static_cast<int>(scores.size(1));
-  a.max_pages = static_cast<int>(scores.size(2));
+  if (scores.defined()) {
+    a.scores = scores.data_ptr<float>();
+    a.scores_stride_h = scores.stride(0);
+    a.scores_stride_t = scores.stride(1);
+  }
+  a.heads = static_cast<int>(dims[0]);
+  a.tokens = static_cast<int>(dims[1]);
+  a.max_pages = static_cast<int>(dims[2]);
   a.topk = static_cast<int>(topk);
   a.init_blocks = static_cast<int>(init_blocks);
   a.local_blocks = static_cast<int>(local_blocks);
@@ -38,11 +43,12 @@ index::SelectArgs select_args(const at::Tensor& scores, int64_t topk, int64_t in
 void index_decode_cuda(const at::Tensor& q_idx_in, const at::Tensor& index_k,
                        const std::optional<at::Tensor>& index_k_scales, const at::Tensor& page_table,
                        const at::Tensor& seq_lens, int64_t topk, int64_t init_blocks, int64_t local_blocks,
-                       const at::Tensor& out, const std::optional<at::Tensor>& scores_out) {
+                       const at::Tensor& out, const std::optional<at::Tensor>& scores_out,
+                       const std::optional<at::Tensor>& workspace) {
   const char* op = "msa::index_decode";
   const index::DecodeShape s = index::check_index_decode_args(q_idx_in, index_k, index_k_scales, page_table,
                                                               seq_lens, topk, init_blocks, local_blocks, out,
-                                                              scores_out);
+                                                              scores_out, workspace);
   TORCH_CHECK(q_idx_in.is_cuda(), op, ": tensors must be CUDA tensors here, got ", q_idx_in.device());
   TORCH_CHECK(s.batch <= 65535, op, ": at most 65535 requests per call, got ", s.batch);
   if (s.tokens() == 0) return;
@@ -57,9 +63,19 @@ void index_decode_cuda(const at::Tensor& q_idx_in, const at::Tensor& index_k,
     TORCH_CHECK(msa::cuda::rows_aligned(*index_k_scales, 4), op,
                 ": index_k_scales' rows must start on 4-byte boundaries; got strides ", index_k_scales->strides());
   }
-  const at::Tensor scores = scores_out.has_value()
-                                ? *scores_out
-                                : at::empty({s.heads, s.tokens(), s.max_pages}, q_idx.options().dtype(at::kFloat));
+  const std::array<int64_t, 3> dims{s.heads, s.tokens(), s.max_pages};
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  // Nothing to score: with max_pages <= topk every valid row is 0 .. local (SPEC section 4), whatever the
+  // scores, so without scores_out only the select kernel runs (it writes those rows without reading scores).
+  if (!scores_out.has_value() && s.max_pages <= topk) {
+    index::SelectArgs sel = select_args(at::Tensor(), dims, topk, init_blocks, local_blocks, out);
+    sel.positions = nullptr;
+    sel.seq_lens = seq_lens.data_ptr<int32_t>();
+    sel.q_len = static_cast<int>(s.q_len);
+    msa::cuda::check_launch(index::launch_select(sel, stream), op);
+    return;
+  }
+  const at::Tensor scores = index::scores_buffer(s, q_idx, scores_out, workspace);
 
   index::ScoreArgs a{};
   a.q = q_idx.data_ptr();
@@ -88,10 +104,9 @@ void index_decode_cuda(const at::Tensor& q_idx_in, const at::Tensor& index_k,
   a.scores_stride_h = scores.stride(0);
   a.scores_stride_t = scores.stride(1);
   a.write_all_pages = scores_out.has_value();
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   msa::cuda::check_launch(index::launch_scores(a, stream), op);
 
-  index::SelectArgs sel = select_args(scores, topk, init_blocks, local_blocks, out);
+  index::SelectArgs sel = select_args(scores, scores.sizes(), topk, init_blocks, local_blocks, out);
   sel.positions = nullptr;
   sel.seq_lens = seq_lens.data_ptr<int32_t>();
   sel.q_len = static_cast<int>(s.q_len);
@@ -105,7 +120,7 @@ void topk_select_cuda(const at::Tensor& scores, const at::Tensor& positions, int
   TORCH_CHECK(scores.is_cuda(), op, ": tensors must be CUDA tensors here, got ", scores.device());
   if (scores.size(0) * scores.size(1) == 0) return;
   const c10::cuda::CUDAGuard guard(scores.device());
-  index::SelectArgs sel = select_args(scores, topk, init_blocks, local_blocks, out);
+  index::SelectArgs sel = select_args(scores, scores.sizes(), topk, init_blocks, local_blocks, out);
   sel.positions = positions.data_ptr<int32_t>();
   sel.seq_lens = nullptr;
   sel.q_len = 1;

@@ -19,6 +19,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cuda/common/block_scan.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/nvfp4.cuh"
 #include "cuda/index/index_launch.h"
@@ -76,6 +77,9 @@ __device__ __forceinline__ void commit_page_keys(const PageFetch<kKeys>& f, uint
 
 template <KeyKind kKeys, int kMTiles>
 __global__ void __launch_bounds__(ScoreConfig::kThreads) index_scores_kernel(const ScoreArgs a) {
+  // Programmatic dependent launch (launch_status.h): nothing is read or written before this. The next kernel
+  // may launch when this grid exits (no early trigger: its CTAs would take SM slots unevenly).
+  msa::cuda::grid_dependency_wait();
   static_assert(kKeys == KeyKind::kBF16, "FP8 / NVFP4 keys: index_wgmma_kernels.cuh, index_stream_kernels.cuh");
   using Tr = ScoreTraits<kKeys>;
   using C = ScoreConfig;
@@ -235,29 +239,11 @@ __device__ __forceinline__ int block_sum(int value, int* warp_sums) {
   return total;
 }
 
-// Exclusive prefix sum over the block (thread order), and the total.
-__device__ __forceinline__ int block_exclusive_scan(int value, int* warp_sums, int& total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int inclusive = value;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int other = __shfl_up_sync(0xFFFFFFFFu, inclusive, d);
-    if (lane >= d) inclusive += other;
-  }
-  __syncthreads();  // warp_sums free for reuse
-  if (lane == 31) warp_sums[warp] = inclusive;
-  __syncthreads();
-  int offset = 0;
-  total = 0;
-  for (int w = 0; w < SelectConfig::kThreads / 32; ++w) {
-    if (w < warp) offset += warp_sums[w];
-    total += warp_sums[w];
-  }
-  return offset + inclusive - value;
-}
-
 // Rows longer than the warp kernel holds (up to 8192 candidates): one CTA each.
 __global__ void __launch_bounds__(SelectConfig::kThreads) topk_select_kernel(const SelectArgs a) {
+  // Programmatic dependent launch (launch_status.h): nothing is read or written before this. The next kernel
+  // may launch when this grid exits (no early trigger: its CTAs would take SM slots unevenly).
+  msa::cuda::grid_dependency_wait();
   constexpr int kPerThread = SelectConfig::kMaxPerThread;
   __shared__ int warp_sums[SelectConfig::kThreads / 32];
   __shared__ int step_counts[2][3][SelectConfig::kThreads / 32];  // double-buffered: one barrier per step
@@ -330,10 +316,11 @@ __global__ void __launch_bounds__(SelectConfig::kThreads) topk_select_kernel(con
   }
   // Every key above the threshold (fewer than `history` of them), then the lowest-id keys equal to it.
   int total_equal = 0, total_slots = 0;
-  const int equal_before = block_exclusive_scan(equal, warp_sums, total_equal);
+  const int equal_before = msa::cuda::block_exclusive_scan<SelectConfig::kThreads / 32>(equal, warp_sums, total_equal);
   const int equal_quota = history - block_sum(above, warp_sums);
   const int equal_taken = max(0, min(equal, equal_quota - equal_before));
-  const int slot_before = block_exclusive_scan(above + equal_taken, warp_sums, total_slots);
+  const int slot_before = msa::cuda::block_exclusive_scan<SelectConfig::kThreads / 32>(above + equal_taken, warp_sums,
+                                                                                      total_slots);
   int slot = a.init_blocks + slot_before;
   int equal_seen = 0;
 #pragma unroll
@@ -374,6 +361,9 @@ __device__ __forceinline__ uint32_t rank_key_fast(float s) {
 
 template <int kPerLane>
 __global__ void __launch_bounds__(WarpSelectConfig::kThreads) topk_select_warp_kernel(const SelectArgs a) {
+  // Programmatic dependent launch (launch_status.h): nothing is read or written before this. The next kernel
+  // may launch when this grid exits (no early trigger: its CTAs would take SM slots unevenly).
+  msa::cuda::grid_dependency_wait();
   using C = WarpSelectConfig;
   static_assert(kPerLane % C::kChunk == 0 && kPerLane <= C::kMaxPerLane, "registers per lane");
   constexpr uint32_t kAll = 0xFFFFFFFFu;
@@ -390,7 +380,7 @@ __global__ void __launch_bounds__(WarpSelectConfig::kThreads) topk_select_warp_k
 #pragma unroll
   for (int j = 0; j < kEarly; ++j) {
     raw[j] = -INFINITY;
-    if (lane + 32 * j < a.max_pages - a.init_blocks) raw[j] = lane_scores[32 * j];
+    if (a.scores != nullptr && lane + 32 * j < a.max_pages - a.init_blocks) raw[j] = lane_scores[32 * j];
   }
   const int pos = a.positions != nullptr ? a.positions[t] : a.seq_lens[t / a.q_len] - a.q_len + t % a.q_len;
   int32_t* out = a.out + h * a.out_stride_h + int64_t(t) * a.out_stride_t;

@@ -28,10 +28,15 @@ struct ScoreArgs {
   int64_t scores_stride_h, scores_stride_t;
   bool write_all_pages;  // true: every page < max_pages written (-inf where unseen); false: needed pages only
   int pages_per_unit;    // set by launch_scores (FP8 / NVFP4 keys): pages of one warp (mma.sync) or CTA (wgmma)
+  // Set by launch_scores (wgmma kernel): 0, or the CTAs of a 1-D grid over all requests' pages whose runs are
+  // sized from the true lengths on the device (flat_run in index_wgmma_kernels.cuh).
+  int flat_ctas;
 };
 
 struct SelectArgs {
-  const float* scores;  // [H, T, max_pages]
+  // [H, T, max_pages]; nullptr only when no row has history to select (max_pages <= topk): every row is then
+  // structural (0 .. local, or -1) and no score is read.
+  const float* scores;
   int64_t scores_stride_h, scores_stride_t;
   int heads, tokens, max_pages;
   // Position of token t: positions[t] when positions != nullptr, else seq_lens[t / q_len] - q_len + t % q_len.

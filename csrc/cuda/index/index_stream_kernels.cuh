@@ -177,6 +177,9 @@ __device__ __forceinline__ void fill_product_tables(uint2* tables) {
 
 template <KeyKind kKeys, int kNTiles>
 __global__ void __launch_bounds__(StreamConfig::kThreads) index_scores_stream_kernel(const ScoreArgs a) {
+  // Programmatic dependent launch (launch_status.h): nothing is read or written before this. The next kernel
+  // may launch when this grid exits (no early trigger: its CTAs would take SM slots unevenly).
+  msa::cuda::grid_dependency_wait();
   using C = StreamConfig;
   constexpr int kDepth = C::kDepth<kKeys, kNTiles>;
   const int lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/block_scan.cuh"
 #include "cuda/common/nvfp4.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/index/index_launch.h"
@@ -44,6 +45,44 @@ __device__ __forceinline__ const uint8_t* mad_wide(uint32_t x, uint32_t y, const
   uint64_t r;
   asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(r) : "r"(x), "r"(y), "l"(reinterpret_cast<uint64_t>(p)));
   return reinterpret_cast<const uint8_t*>(r);
+}
+
+// The run of CTA blockIdx.x in a flat grid of a.flat_ctas CTAs over every request's needed pages (B <= 128):
+// each thread t < B reads seq_lens[t]; with P = sum of the needed pages, runs are ceil(P / (flat_ctas - B))
+// pages (1..kMaxPagesPerUnit), request t gets ceil(needed_t / run) CTAs in order. So every CTA's run has about
+// the same length whatever the spread of the lengths (the 2-D grid sizes runs from max_pages, and the CTAs of
+// the longest request set the time), and sum_t ceil(needed_t / run) <= flat_ctas. Returns false for a CTA past
+// the last run. Block-wide (barriers): every thread calls it.
+struct FlatRun {
+  int b, p_begin, pages;
+  int32_t seq_len;
+};
+__device__ __forceinline__ bool flat_run(const ScoreArgs& a, FlatRun& run) {
+  constexpr int kThreads = WgmmaConfig::kThreads, kWarps = kThreads / 32;
+  __shared__ int warp_sums[kWarps];
+  __shared__ FlatRun found;
+  const int t = threadIdx.x;
+  int32_t len = 0;
+  int needed = 0;
+  if (t < a.batch) {
+    len = a.seq_lens[t];
+    needed = min(len >= 1 ? (len - 1) / WgmmaConfig::kPage + 1 : 0, a.max_pages);
+  }
+  int total_pages = 0;
+  msa::cuda::block_exclusive_scan<kWarps>(needed, warp_sums, total_pages);
+  const int slots = max(a.flat_ctas - a.batch, 1);
+  const int pages = min(max((total_pages + slots - 1) / slots, 1), WgmmaConfig::kMaxPagesPerUnit);
+  const int ctas = (needed + pages - 1) / pages;
+  int total_ctas = 0;
+  const int first = msa::cuda::block_exclusive_scan<kWarps>(ctas, warp_sums, total_ctas);
+  const int cta = blockIdx.x;
+  if (t == 0 && cta >= total_ctas) found.b = -1;
+  if (t < a.batch && cta >= first && cta < first + ctas) {
+    found = FlatRun{t, (cta - first) * pages, pages, len};
+  }
+  __syncthreads();
+  run = found;
+  return run.b >= 0;
 }
 
 // Shared-memory descriptor of the query tile (no swizzle; see msa::cuda::wgmma_desc_interleave).
@@ -99,6 +138,8 @@ template <KeyKind kKeys, int kN, bool kDenseRows>
 __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(kKeys, kN))
     index_scores_wgmma_kernel(const ScoreArgs a) {
 #if MSA_WGMMA
+  // Programmatic dependent launch (launch_status.h): nothing is read or written before this.
+  msa::cuda::grid_dependency_wait();
   using C = WgmmaConfig;
   constexpr int kNTiles = kN / 8;
   constexpr int kDepth = C::kDepth;
@@ -116,14 +157,41 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
   __shared__ uint2 thread_offsets[C::kThreads];        // (key, scale) byte offsets of each thread's first key
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
-  const int b = blockIdx.y;
   const int rows = a.q_len * a.heads;  // query row r = i * H + h
-  const int32_t seq_len = a.seq_lens[b];
+  // The CTA's run: pages [p_begin, p_begin + run_pages) of request b (2-D grid: blockIdx = (run, request)).
+  FlatRun flat{};
+  if (a.flat_ctas > 0 && !flat_run(a, flat)) return;
+  const int b = a.flat_ctas > 0 ? flat.b : int(blockIdx.y);
+  const int run_pages = a.flat_ctas > 0 ? flat.pages : a.pages_per_unit;
+  const int p_begin = a.flat_ctas > 0 ? flat.p_begin : int(blockIdx.x) * run_pages;
+  // 2-D grid: loads that do not depend on the request's length go out together with seq_lens[b] (one dependent
+  // memory latency less before the first key load): this thread's words of the query tile (element u of the
+  // tile loop below: row u / 32, k-step (u / 4) % 8, quad u % 4; 0 past the last row) and its page-table entry
+  // (thread i: page p_begin + i of the run; entries past the request's pages are read but never used).
+  constexpr int kQWords = kN * 4 * kSteps / C::kThreads;
+  uint32_t q_words[kQWords];
+#pragma unroll
+  for (int j = 0; j < kQWords; ++j) {
+    const int u = threadIdx.x + C::kThreads * j;
+    const int r = u / (4 * kSteps), s = (u / 4) % kSteps, qd = u % 4;
+    q_words[j] = 0u;
+    if (r < rows) {
+      const int i = r / a.heads, h = r - i * a.heads;
+      const uint8_t* src = static_cast<const uint8_t*>(a.q) + int64_t(b) * a.q_stride_b + int64_t(i) * a.q_stride_q +
+                           int64_t(h) * a.q_stride_h + 32 * qd + 4 * s;
+      q_words[j] = __ldg(reinterpret_cast<const uint32_t*>(src));
+    }
+  }
+  static_assert(C::kMaxPagesPerUnit <= C::kThreads, "one page-table entry per thread");
+  int32_t table_entry = -1;
+  if (int(threadIdx.x) < run_pages && p_begin + int(threadIdx.x) < a.max_pages) {
+    table_entry = a.page_table[int64_t(b) * a.page_table_stride + p_begin + threadIdx.x];
+  }
+  const int32_t seq_len = a.flat_ctas > 0 ? flat.seq_len : a.seq_lens[b];
   const int needed = min(seq_len >= 1 ? (seq_len - 1) / C::kPage + 1 : 0, a.max_pages);
   const int limit = a.write_all_pages ? a.max_pages : needed;
-  const int p_begin = blockIdx.x * a.pages_per_unit;
   if (p_begin >= limit) return;
-  const int p_end = min(p_begin + a.pages_per_unit, limit);
+  const int p_end = min(p_begin + run_pages, limit);
   const int load_end = min(p_end, needed);
   const int first_row_pos = seq_len - a.q_len;  // position of row i: first_row_pos + i
   // Byte strides between the tokens of a page (compile-time for dense rows).
@@ -139,25 +207,19 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
   if (p_begin < load_end) {
     // Query tile, dims permuted per k-step like the keys (4 dims per (row, quad, step)); rows past the last
     // are zero.
-    for (int u = threadIdx.x; u < kN * 4 * kSteps; u += C::kThreads) {
+#pragma unroll
+    for (int j = 0; j < kQWords; ++j) {
+      const int u = threadIdx.x + C::kThreads * j;
       const int r = u / (4 * kSteps), s = (u / 4) % kSteps, qd = u % 4;
-      uint2 v = make_uint2(0u, 0u);
-      if (r < rows) {
-        const int i = r / a.heads, h = r - i * a.heads;
-        const uint8_t* src = static_cast<const uint8_t*>(a.q) + int64_t(b) * a.q_stride_b +
-                             int64_t(i) * a.q_stride_q + int64_t(h) * a.q_stride_h + 32 * qd + 4 * s;
-        const uint32_t bytes = __ldg(reinterpret_cast<const uint32_t*>(src));
-        v = make_uint2(e4m3x2_to_f16x2(bytes), e4m3x2_to_f16x2(bytes >> 16));
-      }
+      const uint2 v = make_uint2(e4m3x2_to_f16x2(q_words[j]), e4m3x2_to_f16x2(q_words[j] >> 16));
       uint8_t* dst = q_tile + (r >> 3) * kChunkBytes + (r & 7) * 16 + 4 * qd;
       *reinterpret_cast<uint32_t*>(dst + (2 * s) * 128) = v.x;      // first half of the step's k
       *reinterpret_cast<uint32_t*>(dst + (2 * s + 1) * 128) = v.y;  // second half
     }
     if constexpr (kKeys == KeyKind::kNvfp4) fill_product_tables(tables);
     // The run's physical page ids, checked once (the loop's loads then depend on shared memory only).
-    for (int i = threadIdx.x; i < load_end - p_begin; i += C::kThreads) {
-      const int32_t p = a.page_table[int64_t(b) * a.page_table_stride + p_begin + i];
-      unit_pages[i] = (p >= 0 && p < a.physical_pages) ? p : -1;
+    if (int(threadIdx.x) < load_end - p_begin) {
+      unit_pages[threadIdx.x] = (table_entry >= 0 && table_entry < a.physical_pages) ? table_entry : -1;
     }
     thread_offsets[threadIdx.x] = make_uint2(uint32_t((16 * warp + g) * key_stride + (kRowBytes / 4) * quad),
                                              uint32_t((16 * warp + g) * scale_stride + 2 * quad));
@@ -288,6 +350,9 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
       }
     }
   }
+  // The select kernel (a few CTAs) may launch now and wait for this grid's end in its grid_dependency_wait;
+  // triggered this late so that it never takes the SM slots of a later wave of this grid.
+  msa::cuda::allow_dependent_launch();
   // Pages past the request (only when every page is written): -inf.
   for (int page = max(p_begin, load_end); page < p_end; ++page) {
     for (int r = threadIdx.x; r < rows; r += C::kThreads) store_row(r, page, -INFINITY);
