@@ -10,10 +10,10 @@ are random normal data quantized to the op's formats. A compute-heavy corner (Q 
 TFLOP/s of useful dot products.
 
 Per case: µs per op call (median, p10, p90; SPEC §7 CUDA-graph protocol with rotated inputs, preallocated
-``out`` and ``workspace`` (no ``scores_out``, as an engine calls it), so the call allocates nothing), the bytes model (index-key bytes of each
-request's pages up to its last token's local page, read once, + q + TopK out), effective TB/s and MBU =
-bytes / time / measured copy bandwidth. Summary: weighted MBU over the official cases with N >= 4000, min MBU,
-max µs of the N = 1000 and low-latency cases, and PASS/FAIL against issue 3's bars.
+``out`` and ``workspace`` (no ``scores_out``, as an engine calls it), so the call allocates nothing), the bytes
+model (index-key bytes of each request's pages up to its last token's local page, read once, + q + TopK out),
+effective TB/s and MBU = bytes / time / measured copy bandwidth. Summary: weighted MBU over the official cases
+with N >= 4000, min MBU, max µs of the N = 1000 and low-latency cases, and PASS/FAIL against issue 3's bars.
 
     python bench/bench_index_decode.py                       # full suite on the current CUDA device
     python bench/bench_index_decode.py --quick --json $OUT/index_decode.json

@@ -11,8 +11,8 @@ import math
 
 import torch
 
-__all__ = ["cuda_archs", "nvfp4_quantize", "nvfp4_dequantize", "index_decode", "index_decode_workspace_bytes", "topk_select",
-           "sparse_decode"]
+__all__ = ["cuda_archs", "nvfp4_quantize", "nvfp4_dequantize", "index_decode", "index_decode_workspace_bytes",
+           "topk_select", "sparse_decode"]
 
 _QUANT_INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _DEQUANT_OUTPUT_DTYPES = (torch.float8_e4m3fn, torch.bfloat16, torch.float32)
