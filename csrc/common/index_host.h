@@ -190,6 +190,12 @@ inline DecodeShape check_index_decode_args(const at::Tensor& q_idx, const at::Te
   return s;
 }
 
+// Nothing to score: without scores_out and with max_pages <= topk every valid TopK row is 0 .. local (SPEC
+// section 4) whatever the scores, so both ops skip the dot products (the CUDA op launches only the select kernel).
+inline bool nothing_to_score(const DecodeShape& s, int64_t topk, const std::optional<at::Tensor>& scores_out) {
+  return !scores_out.has_value() && s.max_pages <= topk;
+}
+
 // The fp32 scores [H, B*Q, max_pages]: scores_out when given, else the caller's workspace, else a new tensor.
 inline at::Tensor scores_buffer(const DecodeShape& s, const at::Tensor& q_idx,
                                 const std::optional<at::Tensor>& scores_out,

@@ -256,11 +256,10 @@ void index_decode_cpu(const at::Tensor& q_idx, const at::Tensor& index_k,
     cache.scale_token_stride = index_k_scales->stride(1);
   }
 
-  // The scores go to scores_out when given, else to the workspace or a scratch buffer. Without scores_out and
-  // with max_pages <= topk no row has history to select (every valid row is 0 .. local), so the inputs are
-  // checked but nothing is scored, as in the CUDA op.
+  // The scores go to scores_out when given, else to the workspace or a scratch buffer. With nothing to score the
+  // inputs are still checked.
   const at::Tensor scores = index::scores_buffer(s, q_idx, scores_out, workspace);
-  compute_scores(s, q_idx, cache, page_table, seq_lens, scores, scores_out.has_value() || s.max_pages > topk);
+  compute_scores(s, q_idx, cache, page_table, seq_lens, scores, !index::nothing_to_score(s, topk, scores_out));
 
   const int32_t* lens = seq_lens.data_ptr<int32_t>();
   const int64_t q_len = s.q_len;

@@ -160,9 +160,7 @@ __device__ __forceinline__ void stage_key(const SparseDecodeArgs& a, int64_t phy
 
 template <KvKind kKv>
 __global__ void __launch_bounds__(AttnConfig::kThreads) sparse_decode_kernel(const SparseDecodeArgs a) {
-  // Programmatic dependent launch (launch_status.h): nothing is read or written before this. The next kernel
-  // may launch when this grid exits (no early trigger: its CTAs would take SM slots unevenly).
-  msa::cuda::grid_dependency_wait();
+  msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
   using Tr = AttnTraits<kKv>;
   using C = AttnConfig;
   extern __shared__ __align__(16) uint8_t smem[];

@@ -527,9 +527,7 @@ __device__ __forceinline__ int dim_of_position(int p) {
 template <KvKind kKv, int kStages, int kMinBlocks>
 __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
     sparse_decode_split_kernel(const SparseDecodeArgs a, int splits) {
-  // Programmatic dependent launch (launch_status.h): nothing is read or written before this. The next kernel
-  // may launch when this grid exits (no early trigger: its CTAs would take SM slots unevenly).
-  msa::cuda::grid_dependency_wait();
+  msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
   using F = Fmt<kKv>;
   using L = Layout<kKv, kStages>;
   constexpr bool kBF16 = kKv == KvKind::kBF16;

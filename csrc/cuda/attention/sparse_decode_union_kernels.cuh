@@ -296,9 +296,7 @@ __device__ __forceinline__ void load_query_fragments(const uint8_t* qrow, int64_
 template <KvKind kKv>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(const SparseDecodeArgs a, int splits) {
 #if MSA_WGMMA
-  // Programmatic dependent launch (launch_status.h): nothing is read or written before this. The next kernel
-  // may launch when this grid exits (no early trigger: its CTAs would take SM slots unevenly).
-  msa::cuda::grid_dependency_wait();
+  msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
   using L = Layout<kKv>;
   using R = Raw<kKv>;
   constexpr bool kBF16 = kKv == KvKind::kBF16;

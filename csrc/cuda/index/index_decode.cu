@@ -58,10 +58,13 @@ LaunchStatus launch_stream_tiles(ScoreArgs a, int sms, cudaStream_t stream) {
 // (then more waves). Measured 2026-12-03 against the earlier "2 waves of pages, rounded down" rule: B128 N1000
 // 22.3 -> 15.4 us, B4 N32000 19.6 -> 15.3 us; an unrounded one-wave rule lost up to 8 % at B32-B64 N >= 50000
 // (a few CTAs in a second wave). Benchmark knob MSA_INDEX_PAGES_PER_CTA (0 = this rule) forces it.
-int wgmma_pages_per_cta(const ScoreArgs& a, int slots) {
+int forced_pages_per_cta() {
   static const int forced =
       msa::cuda::env_choice("MSA_INDEX_PAGES_PER_CTA", {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}, 0);
-  if (forced > 0) return forced;
+  return forced;
+}
+int wgmma_pages_per_cta(const ScoreArgs& a, int slots) {
+  if (forced_pages_per_cta() > 0) return forced_pages_per_cta();
   const int per_request = std::max(1, slots / std::max(a.batch, 1));  // CTAs of one request in one wave
   int pages = (a.max_pages + per_request - 1) / per_request;
   if (pages > 16) pages = (a.max_pages + 2 * per_request - 1) / (2 * per_request);
@@ -75,9 +78,7 @@ int wgmma_pages_per_cta(const ScoreArgs& a, int slots) {
 // CTAs past the last run exit at once, inside the last wave.
 int flat_grid_ctas(const ScoreArgs& a, int slots) {
   static const bool off = msa::cuda::env_choice("MSA_INDEX_FLAT_GRID", {0, 1}, 1) == 0;
-  static const bool forced = msa::cuda::env_choice("MSA_INDEX_PAGES_PER_CTA",
-                                                   {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}, 0) != 0;
-  if (off || forced || a.write_all_pages || a.batch < 2 || a.batch > WgmmaConfig::kThreads) return 0;
+  if (off || forced_pages_per_cta() > 0 || a.write_all_pages || a.batch < 2 || a.batch > WgmmaConfig::kThreads) return 0;
   const int64_t needed = (int64_t(a.batch) * a.max_pages + WgmmaConfig::kMaxPagesPerUnit - 1) /
                          WgmmaConfig::kMaxPagesPerUnit + a.batch;
   const int64_t waves = (needed + slots - 1) / slots;

@@ -38,45 +38,10 @@ index::SelectArgs select_args(const at::Tensor& scores, at::IntArrayRef dims, in
   return a;
 }
 
-}  // namespace
-
-void index_decode_cuda(const at::Tensor& q_idx_in, const at::Tensor& index_k,
-                       const std::optional<at::Tensor>& index_k_scales, const at::Tensor& page_table,
-                       const at::Tensor& seq_lens, int64_t topk, int64_t init_blocks, int64_t local_blocks,
-                       const at::Tensor& out, const std::optional<at::Tensor>& scores_out,
-                       const std::optional<at::Tensor>& workspace) {
-  const char* op = "msa::index_decode";
-  const index::DecodeShape s = index::check_index_decode_args(q_idx_in, index_k, index_k_scales, page_table,
-                                                              seq_lens, topk, init_blocks, local_blocks, out,
-                                                              scores_out, workspace);
-  TORCH_CHECK(q_idx_in.is_cuda(), op, ": tensors must be CUDA tensors here, got ", q_idx_in.device());
-  TORCH_CHECK(s.batch <= 65535, op, ": at most 65535 requests per call, got ", s.batch);
-  if (s.tokens() == 0) return;
-  const c10::cuda::CUDAGuard guard(q_idx_in.device());
-  // Query rows are loaded as 16-byte vectors: a misaligned view is copied (it is small); the key cache is
-  // never copied, so it must be aligned.
-  const at::Tensor q_idx = msa::cuda::rows_aligned(q_idx_in, 16) ? q_idx_in : q_idx_in.contiguous();
-  TORCH_CHECK(msa::cuda::rows_aligned(index_k, 16), op,
-              ": index_k's rows must start on 16-byte boundaries (data pointer and strides); got strides ",
-              index_k.strides());
-  if (s.keys == index::KeyFormat::kNvfp4) {
-    TORCH_CHECK(msa::cuda::rows_aligned(*index_k_scales, 4), op,
-                ": index_k_scales' rows must start on 4-byte boundaries; got strides ", index_k_scales->strides());
-  }
-  const std::array<int64_t, 3> dims{s.heads, s.tokens(), s.max_pages};
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  // Nothing to score: with max_pages <= topk every valid row is 0 .. local (SPEC section 4), whatever the
-  // scores, so without scores_out only the select kernel runs (it writes those rows without reading scores).
-  if (!scores_out.has_value() && s.max_pages <= topk) {
-    index::SelectArgs sel = select_args(at::Tensor(), dims, topk, init_blocks, local_blocks, out);
-    sel.positions = nullptr;
-    sel.seq_lens = seq_lens.data_ptr<int32_t>();
-    sel.q_len = static_cast<int>(s.q_len);
-    msa::cuda::check_launch(index::launch_select(sel, stream), op);
-    return;
-  }
-  const at::Tensor scores = index::scores_buffer(s, q_idx, scores_out, workspace);
-
+// The score kernels' arguments; `write_all_pages`: every page < max_pages (scores_out), else the needed ones.
+index::ScoreArgs score_args(const index::DecodeShape& s, const at::Tensor& q_idx, const at::Tensor& index_k,
+                            const std::optional<at::Tensor>& index_k_scales, const at::Tensor& page_table,
+                            const at::Tensor& seq_lens, const at::Tensor& scores, bool write_all_pages) {
   index::ScoreArgs a{};
   a.q = q_idx.data_ptr();
   a.q_stride_b = q_idx.stride(0);
@@ -103,10 +68,46 @@ void index_decode_cuda(const at::Tensor& q_idx_in, const at::Tensor& index_k,
   a.scores = scores.data_ptr<float>();
   a.scores_stride_h = scores.stride(0);
   a.scores_stride_t = scores.stride(1);
-  a.write_all_pages = scores_out.has_value();
-  msa::cuda::check_launch(index::launch_scores(a, stream), op);
+  a.write_all_pages = write_all_pages;
+  return a;
+}
 
-  index::SelectArgs sel = select_args(scores, scores.sizes(), topk, init_blocks, local_blocks, out);
+}  // namespace
+
+void index_decode_cuda(const at::Tensor& q_idx_in, const at::Tensor& index_k,
+                       const std::optional<at::Tensor>& index_k_scales, const at::Tensor& page_table,
+                       const at::Tensor& seq_lens, int64_t topk, int64_t init_blocks, int64_t local_blocks,
+                       const at::Tensor& out, const std::optional<at::Tensor>& scores_out,
+                       const std::optional<at::Tensor>& workspace) {
+  const char* op = "msa::index_decode";
+  const index::DecodeShape s = index::check_index_decode_args(q_idx_in, index_k, index_k_scales, page_table,
+                                                              seq_lens, topk, init_blocks, local_blocks, out,
+                                                              scores_out, workspace);
+  TORCH_CHECK(q_idx_in.is_cuda(), op, ": tensors must be CUDA tensors here, got ", q_idx_in.device());
+  TORCH_CHECK(s.batch <= 65535, op, ": at most 65535 requests per call, got ", s.batch);
+  if (s.tokens() == 0) return;
+  const c10::cuda::CUDAGuard guard(q_idx_in.device());
+  // Query rows are loaded as 16-byte vectors: a misaligned view is copied (it is small); the key cache is
+  // never copied, so it must be aligned.
+  const at::Tensor q_idx = msa::cuda::rows_aligned(q_idx_in, 16) ? q_idx_in : q_idx_in.contiguous();
+  TORCH_CHECK(msa::cuda::rows_aligned(index_k, 16), op,
+              ": index_k's rows must start on 16-byte boundaries (data pointer and strides); got strides ",
+              index_k.strides());
+  if (s.keys == index::KeyFormat::kNvfp4) {
+    TORCH_CHECK(msa::cuda::rows_aligned(*index_k_scales, 4), op,
+                ": index_k_scales' rows must start on 4-byte boundaries; got strides ", index_k_scales->strides());
+  }
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  // Nothing to score (index_host.h): only the select kernel runs; it writes those rows without reading scores.
+  at::Tensor scores;
+  if (!index::nothing_to_score(s, topk, scores_out)) {
+    scores = index::scores_buffer(s, q_idx, scores_out, workspace);
+    const index::ScoreArgs a =
+        score_args(s, q_idx, index_k, index_k_scales, page_table, seq_lens, scores, scores_out.has_value());
+    msa::cuda::check_launch(index::launch_scores(a, stream), op);
+  }
+  const std::array<int64_t, 3> dims{s.heads, s.tokens(), s.max_pages};
+  index::SelectArgs sel = select_args(scores, dims, topk, init_blocks, local_blocks, out);
   sel.positions = nullptr;
   sel.seq_lens = seq_lens.data_ptr<int32_t>();
   sel.q_len = static_cast<int>(s.q_len);

@@ -77,9 +77,7 @@ __device__ __forceinline__ void commit_page_keys(const PageFetch<kKeys>& f, uint
 
 template <KeyKind kKeys, int kMTiles>
 __global__ void __launch_bounds__(ScoreConfig::kThreads) index_scores_kernel(const ScoreArgs a) {
-  // Programmatic dependent launch (launch_status.h): nothing is read or written before this. The next kernel
-  // may launch when this grid exits (no early trigger: its CTAs would take SM slots unevenly).
-  msa::cuda::grid_dependency_wait();
+  msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
   static_assert(kKeys == KeyKind::kBF16, "FP8 / NVFP4 keys: index_wgmma_kernels.cuh, index_stream_kernels.cuh");
   using Tr = ScoreTraits<kKeys>;
   using C = ScoreConfig;
@@ -241,9 +239,7 @@ __device__ __forceinline__ int block_sum(int value, int* warp_sums) {
 
 // Rows longer than the warp kernel holds (up to 8192 candidates): one CTA each.
 __global__ void __launch_bounds__(SelectConfig::kThreads) topk_select_kernel(const SelectArgs a) {
-  // Programmatic dependent launch (launch_status.h): nothing is read or written before this. The next kernel
-  // may launch when this grid exits (no early trigger: its CTAs would take SM slots unevenly).
-  msa::cuda::grid_dependency_wait();
+  msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
   constexpr int kPerThread = SelectConfig::kMaxPerThread;
   __shared__ int warp_sums[SelectConfig::kThreads / 32];
   __shared__ int step_counts[2][3][SelectConfig::kThreads / 32];  // double-buffered: one barrier per step
@@ -361,9 +357,7 @@ __device__ __forceinline__ uint32_t rank_key_fast(float s) {
 
 template <int kPerLane>
 __global__ void __launch_bounds__(WarpSelectConfig::kThreads) topk_select_warp_kernel(const SelectArgs a) {
-  // Programmatic dependent launch (launch_status.h): nothing is read or written before this. The next kernel
-  // may launch when this grid exits (no early trigger: its CTAs would take SM slots unevenly).
-  msa::cuda::grid_dependency_wait();
+  msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
   using C = WarpSelectConfig;
   static_assert(kPerLane % C::kChunk == 0 && kPerLane <= C::kMaxPerLane, "registers per lane");
   constexpr uint32_t kAll = 0xFFFFFFFFu;

@@ -159,10 +159,19 @@ __device__ __forceinline__ void slice_fragments(const SliceFetch<kKeys>& f, uint
   }
 }
 
+// A page-table entry as a physical page id, or -1 when it lies outside the cache.
+__device__ __forceinline__ int64_t checked_page(const ScoreArgs& a, int32_t p) {
+  return (p >= 0 && p < a.physical_pages) ? p : -1;
+}
+
 // Physical page of a logical page through one request's page-table row, or -1 when it lies outside the cache.
 __device__ __forceinline__ int64_t physical_page(const ScoreArgs& a, const int32_t* row, int page) {
-  const int32_t p = row[page];
-  return (p >= 0 && p < a.physical_pages) ? p : -1;
+  return checked_page(a, row[page]);
+}
+
+// Pages a request of `seq_len` tokens reads: up to its last token's local page, at most the page-table width.
+__device__ __forceinline__ int pages_needed(const ScoreArgs& a, int32_t seq_len) {
+  return min(seq_len >= 1 ? (seq_len - 1) / StreamConfig::kPage + 1 : 0, a.max_pages);
 }
 
 // Fills tables[0..255] (any thread count; caller synchronises).
@@ -177,9 +186,7 @@ __device__ __forceinline__ void fill_product_tables(uint2* tables) {
 
 template <KeyKind kKeys, int kNTiles>
 __global__ void __launch_bounds__(StreamConfig::kThreads) index_scores_stream_kernel(const ScoreArgs a) {
-  // Programmatic dependent launch (launch_status.h): nothing is read or written before this. The next kernel
-  // may launch when this grid exits (no early trigger: its CTAs would take SM slots unevenly).
-  msa::cuda::grid_dependency_wait();
+  msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
   using C = StreamConfig;
   constexpr int kDepth = C::kDepth<kKeys, kNTiles>;
   const int lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
@@ -187,7 +194,7 @@ __global__ void __launch_bounds__(StreamConfig::kThreads) index_scores_stream_ke
   const int warp_index = blockIdx.x * C::kWarps + (threadIdx.x >> 5);
   const int rows = a.q_len * a.heads;  // query row r = i * H + h
   const int32_t seq_len = a.seq_lens[b];
-  const int needed = min(seq_len >= 1 ? (seq_len - 1) / C::kPage + 1 : 0, a.max_pages);
+  const int needed = pages_needed(a, seq_len);
   const int limit = a.write_all_pages ? a.max_pages : needed;
   const int p_begin = warp_index * a.pages_per_unit;
   if (p_begin >= limit) return;

@@ -66,7 +66,7 @@ __device__ __forceinline__ bool flat_run(const ScoreArgs& a, FlatRun& run) {
   int needed = 0;
   if (t < a.batch) {
     len = a.seq_lens[t];
-    needed = min(len >= 1 ? (len - 1) / WgmmaConfig::kPage + 1 : 0, a.max_pages);
+    needed = pages_needed(a, len);
   }
   int total_pages = 0;
   msa::cuda::block_exclusive_scan<kWarps>(needed, warp_sums, total_pages);
@@ -138,8 +138,7 @@ template <KeyKind kKeys, int kN, bool kDenseRows>
 __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(kKeys, kN))
     index_scores_wgmma_kernel(const ScoreArgs a) {
 #if MSA_WGMMA
-  // Programmatic dependent launch (launch_status.h): nothing is read or written before this.
-  msa::cuda::grid_dependency_wait();
+  msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
   using C = WgmmaConfig;
   constexpr int kNTiles = kN / 8;
   constexpr int kDepth = C::kDepth;
@@ -188,7 +187,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
     table_entry = a.page_table[int64_t(b) * a.page_table_stride + p_begin + threadIdx.x];
   }
   const int32_t seq_len = a.flat_ctas > 0 ? flat.seq_len : a.seq_lens[b];
-  const int needed = min(seq_len >= 1 ? (seq_len - 1) / C::kPage + 1 : 0, a.max_pages);
+  const int needed = pages_needed(a, seq_len);
   const int limit = a.write_all_pages ? a.max_pages : needed;
   if (p_begin >= limit) return;
   const int p_end = min(p_begin + run_pages, limit);
@@ -219,7 +218,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
     if constexpr (kKeys == KeyKind::kNvfp4) fill_product_tables(tables);
     // The run's physical page ids, checked once (the loop's loads then depend on shared memory only).
     if (int(threadIdx.x) < load_end - p_begin) {
-      unit_pages[threadIdx.x] = (table_entry >= 0 && table_entry < a.physical_pages) ? table_entry : -1;
+      unit_pages[threadIdx.x] = static_cast<int32_t>(checked_page(a, table_entry));
     }
     thread_offsets[threadIdx.x] = make_uint2(uint32_t((16 * warp + g) * key_stride + (kRowBytes / 4) * quad),
                                              uint32_t((16 * warp + g) * scale_stride + 2 * quad));
