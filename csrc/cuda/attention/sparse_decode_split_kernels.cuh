@@ -189,25 +189,34 @@ struct SlotList {
   bool broken;                // some listed page is visible but maps outside the cache
 };
 
+// TopK slot first + lane * step of token t's row for KV head hk (the lane's slot of the list below), or -1 for
+// lanes past the n_slots slots. Loaded apart from make_slot_list, and by every lane (a clamped slot, no branch),
+// so that the load goes out together with seq_lens[b]: behind a branch, ptxas computed the position from
+// seq_lens[b] first and issued this load after it, one more dependent memory latency before the first K/V load.
+__device__ __forceinline__ int lane_slot_page(const SparseDecodeArgs& a, int t, int hk, int first, int step,
+                                              int n_slots) {
+  const int lane = threadIdx.x & 31;
+  const int slot = min(first + lane * step, a.topk_width - 1);
+  const int page = a.topk[hk * a.topk_stride_h + int64_t(t) * a.topk_stride_t + int64_t(slot) * a.topk_stride_k];
+  return lane < n_slots ? page : -1;
+}
+
+// `page`: lane_slot_page's value for this lane.
 template <KvKind kKv>
-__device__ __forceinline__ SlotList make_slot_list(const SparseDecodeArgs& a, int t, int hk, int b, int local,
-                                                   int pos, int first, int step, int n_slots, PagePointers* pages) {
+__device__ __forceinline__ SlotList make_slot_list(const SparseDecodeArgs& a, int page, int hk, int b, int local,
+                                                   int pos, PagePointers* pages) {
   const int lane = threadIdx.x & 31;
   int chunks = 0, visible = 0;
   int64_t physical = 0;
   bool broken = false;
-  if (lane < n_slots) {
-    const int page = a.topk[hk * a.topk_stride_h + int64_t(t) * a.topk_stride_t +
-                            int64_t(first + lane * step) * a.topk_stride_k];
-    if (page >= 0 && page <= local) {
-      const int32_t p = page < a.max_pages ? a.page_table[int64_t(b) * a.page_table_stride + page] : -1;
-      if (p < 0 || p >= a.physical_pages) {
-        broken = true;
-      } else {
-        physical = p;
-        visible = page < local ? Cfg::kPage : pos % Cfg::kPage + 1;
-        chunks = (visible + Cfg::kChunk - 1) / Cfg::kChunk;
-      }
+  if (page >= 0 && page <= local) {
+    const int32_t p = page < a.max_pages ? a.page_table[int64_t(b) * a.page_table_stride + page] : -1;
+    if (p < 0 || p >= a.physical_pages) {
+      broken = true;
+    } else {
+      physical = p;
+      visible = page < local ? Cfg::kPage : pos % Cfg::kPage + 1;
+      chunks = (visible + Cfg::kChunk - 1) / Cfg::kChunk;
     }
   }
   constexpr int64_t kElem = Fmt<kKv>::kElem;
@@ -543,6 +552,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
   const int group = a.q_heads / a.kv_heads;
   const int head0 = hk * group + blockIdx.z * Cfg::kRows;
   const int rows = min(Cfg::kRows, hk * group + group - head0);
+  // Split s walks slots s, s + splits, ...: rows end in -1 padding (short contexts), so interleaving spreads
+  // the real pages evenly over the splits.
+  const int n_slots = split < a.topk_width ? (a.topk_width - split + splits - 1) / splits : 0;
+  const int slot_page = lane_slot_page(a, t, hk, split, splits, n_slots);
   const int b = t / a.q_len;
   const int pos = a.seq_lens[b] - a.q_len + t % a.q_len;
   const int local = pos >= 0 ? pos / Cfg::kPage : -1;
@@ -550,11 +563,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
 
   if constexpr (kKv == KvKind::kNvfp4) index::fill_product_tables(tables);  // per scale byte: 8 E4M3 values
 
-  // Split s walks slots s, s + splits, ...: rows end in -1 padding (short contexts), so interleaving spreads
-  // the real pages evenly over the splits.
-  const int n_slots = split < a.topk_width ? (a.topk_width - split + splits - 1) / splits : 0;
   PagePointers* pages = reinterpret_cast<PagePointers*>(smem + L::kPagesOff);
-  const SlotList slots = make_slot_list<kKv>(a, t, hk, b, local, pos, split, splits, n_slots, pages);
+  const SlotList slots = make_slot_list<kKv>(a, slot_page, hk, b, local, pos, pages);
   const int mine = slots.total > warp ? (slots.total - warp + Cfg::kWarps - 1) / Cfg::kWarps : 0;
   __syncthreads();  // page table (and the NVFP4 product tables)
 

@@ -22,6 +22,7 @@
 #include "cuda/common/block_scan.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/nvfp4.cuh"
+#include "cuda/common/trace.cuh"
 #include "cuda/index/index_launch.h"
 
 namespace msa::index {
@@ -357,7 +358,9 @@ __device__ __forceinline__ uint32_t rank_key_fast(float s) {
 
 template <int kPerLane>
 __global__ void __launch_bounds__(WarpSelectConfig::kThreads) topk_select_warp_kernel(const SelectArgs a) {
+  MSA_TRACE(1, 0);
   msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
+  MSA_TRACE(1, 1);
   using C = WarpSelectConfig;
   static_assert(kPerLane % C::kChunk == 0 && kPerLane <= C::kMaxPerLane, "registers per lane");
   constexpr uint32_t kAll = 0xFFFFFFFFu;
@@ -367,18 +370,19 @@ __global__ void __launch_bounds__(WarpSelectConfig::kThreads) topk_select_warp_k
   if (row >= a.heads * a.tokens) return;  // whole warp; no block-wide barriers below
   const int h = row / a.tokens, t = row % a.tokens;
   const float* lane_scores = a.scores + h * a.scores_stride_h + int64_t(t) * a.scores_stride_t + a.init_blocks + lane;
-  // The first kEarly registers are loaded before the position is known (bounded by the row's width, so in
-  // bounds), taking one memory latency off short rows; what lies past the row's candidates is masked below.
-  constexpr int kEarly = kPerLane < C::kChunk ? kPerLane : C::kChunk;
+  // Every register is loaded before the position is known (bounded by the row's width, so in bounds): the
+  // scores' latency overlaps the position's; what lies past the row's candidates is masked below. (Loading the
+  // registers past the first 8 only once the row's length was known cost one more L2 latency, ~0.4 us.)
   float raw[kPerLane];
 #pragma unroll
-  for (int j = 0; j < kEarly; ++j) {
+  for (int j = 0; j < kPerLane; ++j) {
     raw[j] = -INFINITY;
     if (a.scores != nullptr && lane + 32 * j < a.max_pages - a.init_blocks) raw[j] = lane_scores[32 * j];
   }
   const int pos = a.positions != nullptr ? a.positions[t] : a.seq_lens[t / a.q_len] - a.q_len + t % a.q_len;
   int32_t* out = a.out + h * a.out_stride_h + int64_t(t) * a.out_stride_t;
   const int local = pos >= 0 ? pos / 128 : -1;
+  MSA_TRACE(1, 2);
 
   // Same row layout as topk_select_kernel: padding / every page fits, init pages, local window.
   if (pos < 0 || local >= a.max_pages || local + 1 <= a.topk) {
@@ -396,14 +400,8 @@ __global__ void __launch_bounds__(WarpSelectConfig::kThreads) topk_select_warp_k
 
   const int candidates = first_window - a.init_blocks;  // <= 32 * kPerLane (launch_select)
   const int steps = (candidates + 31) >> 5;             // registers holding a candidate in some lane
-  // Every load is issued before the first key is made (the predicate lives only until the load issues).
 #pragma unroll
-  for (int j = kEarly; j < kPerLane; ++j) {
-    raw[j] = -INFINITY;
-    if (lane + 32 * j < candidates) raw[j] = lane_scores[32 * j];
-  }
-#pragma unroll
-  for (int j = 0; j < kEarly; ++j) raw[j] = lane + 32 * j < candidates ? raw[j] : -INFINITY;
+  for (int j = 0; j < kPerLane; ++j) raw[j] = lane + 32 * j < candidates ? raw[j] : -INFINITY;
   uint32_t keys[kPerLane];
   uint32_t max_even = 0u, max_odd = 0u;
 #pragma unroll
@@ -416,6 +414,7 @@ __global__ void __launch_bounds__(WarpSelectConfig::kThreads) topk_select_warp_k
     }
   }
   const uint32_t lanes_below = (1u << lane) - 1u;
+  MSA_TRACE(1, 3);
 
   // The history-th largest of a set = its smallest member with fewer than `history` members above it.
   uint32_t bound;
@@ -436,6 +435,7 @@ __global__ void __launch_bounds__(WarpSelectConfig::kThreads) topk_select_warp_k
     bound = __reduce_min_sync(kAll, min(above_even < history ? max_even : kAll, above_odd < history ? max_odd : kAll));
   }
 
+  MSA_TRACE(1, 4);
   if (history <= 32) {
     uint32_t* kept = kept_all[warp];  // keys [0, kCap), ids [kCap, 2 kCap)
     kept[lane] = 0u;                  // unused slots rank below every kept key
@@ -491,11 +491,13 @@ __global__ void __launch_bounds__(WarpSelectConfig::kThreads) topk_select_warp_k
       const bool take0 = gt0 || (eq0 && __popc(eqs0 & lanes_below) < quota);
       const bool take1 = gt1 || (eq1 && __popc(eqs0) + __popc(eqs1 & lanes_below) < quota);
       const uint32_t takes0 = __ballot_sync(kAll, take0), takes1 = __ballot_sync(kAll, take1);
+      MSA_TRACE(1, 5);
       if (take0) out[(a.init_blocks + __popc(takes0 & lanes_below)) * a.out_stride_k] = kept[C::kCap + lane];
       if (take1) {
         out[(a.init_blocks + __popc(takes0) + __popc(takes1 & lanes_below)) * a.out_stride_k] =
             kept[C::kCap + lane + 32];
       }
+      MSA_TRACE(1, 7);
       return;
     }
   }

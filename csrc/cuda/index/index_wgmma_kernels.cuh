@@ -19,6 +19,7 @@
 
 #include "cuda/common/block_scan.cuh"
 #include "cuda/common/nvfp4.cuh"
+#include "cuda/common/trace.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/index/index_launch.h"
 #include "cuda/index/index_stream_kernels.cuh"
@@ -138,7 +139,9 @@ template <KeyKind kKeys, int kN, bool kDenseRows>
 __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(kKeys, kN))
     index_scores_wgmma_kernel(const ScoreArgs a) {
 #if MSA_WGMMA
+  MSA_TRACE(0, 0);
   msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
+  MSA_TRACE(0, 1);
   using C = WgmmaConfig;
   constexpr int kNTiles = kN / 8;
   constexpr int kDepth = C::kDepth;
@@ -157,6 +160,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
   const int rows = a.q_len * a.heads;  // query row r = i * H + h
+  const int head_shift = a.heads >> 1;  // H = 1, 2 or 4 (the op checks it): i = r >> head_shift, h = r & (H - 1)
   // The CTA's run: pages [p_begin, p_begin + run_pages) of request b (2-D grid: blockIdx = (run, request)).
   FlatRun flat{};
   if (a.flat_ctas > 0 && !flat_run(a, flat)) return;
@@ -164,31 +168,36 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
   const int run_pages = a.flat_ctas > 0 ? flat.pages : a.pages_per_unit;
   const int p_begin = a.flat_ctas > 0 ? flat.p_begin : int(blockIdx.x) * run_pages;
   // 2-D grid: loads that do not depend on the request's length go out together with seq_lens[b] (one dependent
-  // memory latency less before the first key load): this thread's words of the query tile (element u of the
-  // tile loop below: row u / 32, k-step (u / 4) % 8, quad u % 4; 0 past the last row) and its page-table entry
-  // (thread i: page p_begin + i of the run; entries past the request's pages are read but never used).
-  constexpr int kQWords = kN * 4 * kSteps / C::kThreads;
-  uint32_t q_words[kQWords];
-#pragma unroll
-  for (int j = 0; j < kQWords; ++j) {
-    const int u = threadIdx.x + C::kThreads * j;
-    const int r = u / (4 * kSteps), s = (u / 4) % kSteps, qd = u % 4;
-    q_words[j] = 0u;
-    if (r < rows) {
-      const int i = r / a.heads, h = r - i * a.heads;
-      const uint8_t* src = static_cast<const uint8_t*>(a.q) + int64_t(b) * a.q_stride_b + int64_t(i) * a.q_stride_q +
-                           int64_t(h) * a.q_stride_h + 32 * qd + 4 * s;
-      q_words[j] = __ldg(reinterpret_cast<const uint32_t*>(src));
-    }
-  }
+  // memory latency less before the first key load): this thread's page-table entry (thread i: page p_begin + i of
+  // the run; entries past the request's pages are read but never used) and its words of the query tile (element
+  // u = threadIdx.x + 128 j of the tile loop below: row u / 32 = warp + 4 j, k-step (u / 4) % 8, quad u % 4; 0 past
+  // the last row). The query addresses take a shift and two multiply-adds per word: with a division by H and
+  // 64-bit products per word this prologue was ~900 instructions, ~1 us before the first key load of a small case.
   static_assert(C::kMaxPagesPerUnit <= C::kThreads, "one page-table entry per thread");
   int32_t table_entry = -1;
   if (int(threadIdx.x) < run_pages && p_begin + int(threadIdx.x) < a.max_pages) {
     table_entry = a.page_table[int64_t(b) * a.page_table_stride + p_begin + threadIdx.x];
   }
   const int32_t seq_len = a.flat_ctas > 0 ? flat.seq_len : a.seq_lens[b];
+  constexpr int kQWords = kN * 4 * kSteps / C::kThreads;
+  static_assert(C::kThreads == 4 * kSteps * 4, "tile element u = threadIdx.x + 128 j keeps its k-step and quad");
+  uint32_t q_words[kQWords];
+  {
+    const uint8_t* q_thread = static_cast<const uint8_t*>(a.q) + int64_t(b) * a.q_stride_b + 32 * (threadIdx.x % 4) +
+                              4 * ((threadIdx.x / 4) % kSteps);
+#pragma unroll
+    for (int j = 0; j < kQWords; ++j) {
+      const int r = warp + 4 * j;
+      q_words[j] = 0u;
+      if (r < rows) {
+        const int64_t offset = int64_t(r >> head_shift) * a.q_stride_q + int64_t(r & (a.heads - 1)) * a.q_stride_h;
+        q_words[j] = __ldg(reinterpret_cast<const uint32_t*>(q_thread + offset));
+      }
+    }
+  }
   const int needed = pages_needed(a, seq_len);
   const int limit = a.write_all_pages ? a.max_pages : needed;
+  MSA_TRACE(0, 2);
   if (p_begin >= limit) return;
   const int p_end = min(p_begin + run_pages, limit);
   const int load_end = min(p_end, needed);
@@ -198,7 +207,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
   const int64_t scale_stride = kDenseRows ? C::kScaleRowBytes : a.scale_stride_token;
 
   auto store_row = [&](int r, int page, float value) {
-    const int i = r / a.heads, h = r - i * a.heads;
+    const int i = r >> head_shift, h = r & (a.heads - 1);
     const int64_t t = int64_t(b) * a.q_len + i;
     a.scores[h * a.scores_stride_h + t * a.scores_stride_t + page] = value;
   };
@@ -224,6 +233,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
                                              uint32_t((16 * warp + g) * scale_stride + 2 * quad));
     msa::cuda::fence_proxy_async_shared();
     __syncthreads();
+    MSA_TRACE(0, 3);
     uint64_t desc[kSteps];
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) desc[s] = wgmma_smem_desc(q_tile + 256 * s, 128, kChunkBytes);
@@ -235,14 +245,14 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int r = 8 * nt + 2 * quad + j;
-        pos[nt][j] = r < rows ? max(first_row_pos + r / a.heads, -1) : -1;
+        pos[nt][j] = r < rows ? max(first_row_pos + (r >> head_shift), -1) : -1;
       }
     // The row this thread combines at each page end, and stores (one thread per row: combine_sub == 0).
     const int combine_row = threadIdx.x / kRowThreads, combine_sub = threadIdx.x % kRowThreads;
     float* out_row = nullptr;
     int out_pos = 0;
     if (combine_sub == 0 && combine_row < rows) {
-      const int i = combine_row / a.heads, h = combine_row - i * a.heads;
+      const int i = combine_row >> head_shift, h = combine_row & (a.heads - 1);
       out_row = a.scores + h * a.scores_stride_h + (int64_t(b) * a.q_len + i) * a.scores_stride_t;
       out_pos = first_row_pos + i;
     }
@@ -252,7 +262,8 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
     // plus a per-(half, kk) offset (a compile-time immediate for dense rows).
     // The thread's first key and scale bytes, through shared memory (thread_offsets, written with the
     // setup): ptxas cannot recompute a loaded value, so the loop keeps two registers instead of redoing
-    // the index arithmetic from the thread id before every load.
+    // the index arithmetic from the thread id before every load. (Issuing the first kDepth slices' loads
+    // before this setup, from page-table entries read by every thread, measured 0.6-0.8 us slower.)
     const uint8_t* thread_keys = static_cast<const uint8_t*>(a.keys) + thread_offsets[threadIdx.x].x;
     const uint8_t* thread_scales = a.key_scales + thread_offsets[threadIdx.x].y;
     const uint32_t key_page_stride = static_cast<uint32_t>(a.key_stride_page);
@@ -296,6 +307,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
         const int half = d % C::kSlices;
         uint32_t frag[kSteps][4];
         slice_fragments_f16<kKeys>(ring[d], tables, frag);
+        if (s0 + d == 0) MSA_TRACE(0, 4);
         // Fragments complete before the wgmma fence (else ptxas inserts a warpgroup arrive per k-step).
 #pragma unroll
         for (int s = 0; s < kSteps; ++s)
@@ -345,17 +357,20 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
             // Not visible (padding row, or past the row's local page): -inf; visible, bad id: NaN.
             out_row[page] = out_pos < page * C::kPage ? -INFINITY : (unit_pages[page - p_begin] >= 0 ? v : NAN);
           }
+          if (page == p_begin) MSA_TRACE(0, 5);
         }
       }
     }
   }
   // The select kernel (a few CTAs) may launch now and wait for this grid's end in its grid_dependency_wait;
   // triggered this late so that it never takes the SM slots of a later wave of this grid.
+  MSA_TRACE(0, 6);
   msa::cuda::allow_dependent_launch();
   // Pages past the request (only when every page is written): -inf.
   for (int page = max(p_begin, load_end); page < p_end; ++page) {
     for (int r = threadIdx.x; r < rows; r += C::kThreads) store_row(r, page, -INFINITY);
   }
+  MSA_TRACE(0, 7);
 #endif
 }
 
