@@ -19,13 +19,15 @@ for header in $(find csrc/cuda -name '*.cuh' | sort); do
     fi
   done
 done
-# The latency-trace harness (scripts/trace_index.cu) with its trace points compiled in.
-for arch in $ARCHS; do
-  if "$NVCC" -std=c++20 -c scripts/trace_index.cu -o "$tmp/trace.o" -DMSA_KERNEL_TRACE -Icsrc -Icsrc/include \
-      -gencode "arch=compute_${arch},code=sm_${arch}" 2> "$tmp/err.txt"; then
-    echo "ok    sm_${arch}  scripts/trace_index.cu (MSA_KERNEL_TRACE)"
-  else
-    echo "FAIL  sm_${arch}  scripts/trace_index.cu (MSA_KERNEL_TRACE)"; cat "$tmp/err.txt"; status=1
-  fi
+# The latency-trace harnesses (scripts/trace_*.cu) with their trace points compiled in.
+for harness in scripts/trace_*.cu; do
+  for arch in $ARCHS; do
+    if "$NVCC" -std=c++20 -c "$harness" -o "$tmp/trace.o" -DMSA_KERNEL_TRACE -Icsrc -Icsrc/include \
+        -gencode "arch=compute_${arch},code=sm_${arch}" 2> "$tmp/err.txt"; then
+      echo "ok    sm_${arch}  ${harness} (MSA_KERNEL_TRACE)"
+    else
+      echo "FAIL  sm_${arch}  ${harness} (MSA_KERNEL_TRACE)"; cat "$tmp/err.txt"; status=1
+    fi
+  done
 done
 exit $status

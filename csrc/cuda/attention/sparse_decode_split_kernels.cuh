@@ -33,6 +33,7 @@
 #include "cuda/attention/sparse_decode_launch.h"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/nvfp4.cuh"
+#include "cuda/common/trace.cuh"
 #include "cuda/index/index_stream_kernels.cuh"  // the Q8KV4 decode: fill_product_tables, e2m1x8_to_e4m3x8
 
 namespace msa::attention::split {
@@ -536,7 +537,9 @@ __device__ __forceinline__ int dim_of_position(int p) {
 template <KvKind kKv, int kStages, int kMinBlocks>
 __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
     sparse_decode_split_kernel(const SparseDecodeArgs a, int splits) {
+  MSA_TRACE(2, 0);
   msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
+  MSA_TRACE(2, 1);
   using F = Fmt<kKv>;
   using L = Layout<kKv, kStages>;
   constexpr bool kBF16 = kKv == KvKind::kBF16;
@@ -567,6 +570,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
   const SlotList slots = make_slot_list<kKv>(a, slot_page, hk, b, local, pos, pages);
   const int mine = slots.total > warp ? (slots.total - warp + Cfg::kWarps - 1) / Cfg::kWarps : 0;
   __syncthreads();  // page table (and the NVFP4 product tables)
+  MSA_TRACE(2, 2);
 
   uint8_t* ring = smem + warp * L::kSlab;
   const uint32_t ring_addr = msa::cuda::smem_u32(ring);
@@ -633,6 +637,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
     cp_async_commit();
     cp_async_wait<kStages - 1>();
     if constexpr (kShared) __syncwarp();
+    if (i == 0) MSA_TRACE(2, 3);  // warp 0's first chunk landed
     const ChunkRef c = chunk_ref(slots, warp + Cfg::kWarps * i);
     const uint8_t* stage = ring + (i % kStages) * F::kStageBytes;
 
@@ -710,6 +715,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
     for (int j = 0; j < 16; ++j) msa::cuda::mma_m16n8k16<kBF16>(o[j], pa, vb[j][0], vb[j][1]);
   }
   cp_async_wait<0>();
+  MSA_TRACE(2, 4);  // warp 0's chunks done
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     row_sum[h] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[h], 1);
@@ -753,6 +759,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
   }
   if (threadIdx.x == 0) *merged_broken = broken;
   __syncthreads();
+  MSA_TRACE(2, 5);  // the CTA's warps merged
   // The warps' O tiles, weighted: value (r, p) of the CTA's partial output.
   auto warp_merged = [&](int r, int p) {
     float acc = 0.0f;
@@ -777,6 +784,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
       const int r = idx / Cfg::kDim, p = idx % Cfg::kDim;
       store(r, p, warp_merged(r, p), merged_m[r], merged_l[r], broken);
     }
+    MSA_TRACE(2, 7);
     return;
   }
   for (int idx = threadIdx.x; idx < Cfg::kRows * Cfg::kDim; idx += Cfg::kThreads) {
@@ -788,6 +796,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
   // `rank` finishes 1/splits of the values.
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
+  MSA_TRACE(2, 6);  // every split of the token merged its warps
   const int ranks = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
   float* cross_w = reinterpret_cast<float*>(smem + L::kCrossOff);  // [split][row]
   float* cross_m = cross_w + Cfg::kMaxSplits * Cfg::kRows;
@@ -839,6 +848,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
     store(r, p, acc, cross_m[r], cross_l[r], *cross_broken);
   }
   cluster.sync();  // peers may still be reading this CTA's merged record
+  MSA_TRACE(2, 7);
 }
 
 }  // namespace msa::attention::split

@@ -1,4 +1,4 @@
-// Optional per-CTA timelines for latency studies (scripts/trace_index.cu). Built with MSA_KERNEL_TRACE defined,
+// Optional per-CTA timelines for latency studies (scripts/trace_*.cu). Built with MSA_KERNEL_TRACE defined,
 // MSA_TRACE(kernel, point) makes thread 0 of each CTA store %globaltimer (ns) into
 // msa_trace_buffer[kernel][cta][point]; otherwise it compiles to nothing (the library never defines the macro).
 #pragma once
@@ -8,7 +8,7 @@
 namespace msa::cuda {
 
 struct TraceShape {
-  static constexpr int kKernels = 2;   // 0: index scores, 1: top-k select
+  static constexpr int kKernels = 3;   // 0: index scores, 1: top-k select, 2: sparse decode (split kernel)
   static constexpr int kCtas = 4096;   // CTAs past this are not recorded
   static constexpr int kPoints = 8;
 };
