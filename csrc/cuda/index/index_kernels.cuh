@@ -370,9 +370,10 @@ __global__ void __launch_bounds__(WarpSelectConfig::kThreads) topk_select_warp_k
   if (row >= a.heads * a.tokens) return;  // whole warp; no block-wide barriers below
   const int h = row / a.tokens, t = row % a.tokens;
   const float* lane_scores = a.scores + h * a.scores_stride_h + int64_t(t) * a.scores_stride_t + a.init_blocks + lane;
-  // Every register is loaded before the position is known (bounded by the row's width, so in bounds): the
-  // scores' latency overlaps the position's; what lies past the row's candidates is masked below. (Loading the
-  // registers past the first 8 only once the row's length was known cost one more L2 latency, ~0.4 us.)
+  // Every register is loaded before the position is known (bounded by the row's width, so in bounds), so that
+  // no score load waits for the position's; what lies past the row's candidates is masked below. (Until session
+  // 10 only the first 8 were; the gain of loading all early was not measured apart from that session's other
+  // changes: scripts/trace_index.cu still shows ~0.4 us from the position to the last score at B4 N32K.)
   float raw[kPerLane];
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
