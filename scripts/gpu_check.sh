@@ -4,6 +4,8 @@
 #   BENCH=quick|full|none (default quick)   SANITIZE=1|0 (default 1)   MSA_CUDA_ARCHS (default 9.0a)
 #   PROFILE=1: also ncu (speed of light, occupancy, warp states) of one launch of each main kernel on its
 #   heaviest quick case (ncu_*.log); about a minute more.
+#   TRACE=1: also build the latency-trace harnesses (scripts/trace_*.cu) and run them on the low-latency cases
+#   that miss the 12 µs bar (trace_*.log); about half a minute more.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-./gpu-out}
@@ -12,6 +14,7 @@ export PYTHONUNBUFFERED=1
 BENCH=${BENCH:-quick}
 SANITIZE=${SANITIZE:-1}
 PROFILE=${PROFILE:-0}
+TRACE=${TRACE:-0}
 declare -a summary
 
 step() {  # step NAME LOGFILE COMMAND...
@@ -58,6 +61,22 @@ if [ "$PROFILE" = 1 ] && command -v ncu > /dev/null; then
   ncu_one sparse_decode sparse_decode python3 bench/bench_sparse_decode.py --kv nvfp4 --geometry 64/4 --cases 1:32000
   ncu_one sparse_decode_fp8_large sparse_decode python3 bench/bench_sparse_decode.py --kv fp8 --geometry 64/4 \
     --cases 128:200000 --no-sdpa
+fi
+
+if [ "$TRACE" = 1 ] && command -v nvcc > /dev/null; then
+  trace_one() {  # trace_one HARNESS ARGS...: one timeline per call, built once per harness
+    local harness=$1; shift
+    local bin="$OUT/$harness.bin" log="$OUT/$harness-$(echo "$*" | tr ' /' '__').log"
+    [ -x "$bin" ] || nvcc -std=c++20 -O3 -DMSA_KERNEL_TRACE -Icsrc -Icsrc/include \
+      -gencode arch=compute_90a,code=sm_90a "scripts/$harness.cu" -o "$bin" > "$OUT/$harness.build.log" 2>&1
+    step "$harness $*" "$(basename "$log")" "$bin" "$@"
+  }
+  trace_one trace_index 4 32000 nvfp4 4
+  trace_one trace_index 4 32000 fp8 4
+  trace_one trace_sparse_decode 1 32000 nvfp4 64/4
+  trace_one trace_sparse_decode 4 32000 nvfp4 64/4
+  trace_one trace_sparse_decode 4 32000 bf16 16/1
+  rm -f "$OUT"/trace_*.bin
 fi
 
 echo "==== device ===="; cat "$OUT/device.txt"
