@@ -14,7 +14,7 @@ import msa_ops
 from msa_ops.reference import sparse_attention as R
 from msa_ops.testing import DEVICES, poison_cuda_allocator, requires_cuda, skip_cuda_without_kernel
 from msa_ops.testing.attention import assert_attention_close, poison_attention_out, poison_lse
-from msa_ops.testing.paged import (KV_FORMATS, PAGE_LAYOUTS, SparseDecodeCase, make_kv_cache,
+from msa_ops.testing.paged import (KV_FORMATS, PAGE_LAYOUTS, PAGE_SIZE, SparseDecodeCase, make_kv_cache,
                                    make_attention_queries, make_sparse_decode_case, random_topk_rows)
 
 # 2049 = 16 * 128 + 1: the first length whose last token has history pages to leave out (local + 1 > 16).
@@ -245,13 +245,14 @@ def test_views(device, kv_format):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("kernel", ["splits1", "splits2", "splits4", "splits8", "v1", "lean", "union", "union-splits1",
-                                    "union-splits2", "union-splits8"])
+@pytest.mark.parametrize("kernel", ["splits1", "splits2", "splits4", "splits8", "v1", "lean", "lazy", "union",
+                                    "union-splits1", "union-splits2", "union-splits8"])
 @pytest.mark.parametrize("kv_format", KV_FORMATS)
 def test_split_variants(device, kernel, kv_format, monkeypatch):
     # The CUDA op splits each token's TopK row over a cluster of 1, 2, 4 or 8 CTAs (chosen from the shapes) and
     # merges the parts by their LSE; MSA_SPARSE_DECODE_SPLITS forces a split count, MSA_SPARSE_DECODE_KERNEL=1
-    # the unsplit v1 kernel and MSA_SPARSE_DECODE_LEAN=1 the leaner ring (all read at every call).
+    # the unsplit v1 kernel, MSA_SPARSE_DECODE_LEAN=1 the leaner ring and MSA_SPARSE_DECODE_LAZY=1 lazy O rescaling
+    # (all read at every call).
     # MSA_SPARSE_DECODE_UNION=1 forces the union pass (one decode of each page for all tokens of a request, its
     # pages split over the cluster), =0 keeps it off. The CPU op ignores them: its run is the same case's twin.
     union, _, splits = kernel.partition("-") if kernel.startswith("union") else ("", "", kernel)
@@ -260,6 +261,8 @@ def test_split_variants(device, kernel, kv_format, monkeypatch):
         monkeypatch.setenv("MSA_SPARSE_DECODE_KERNEL", "1")
     elif kernel == "lean":  # one ring stage less, more CTAs per SM
         monkeypatch.setenv("MSA_SPARSE_DECODE_LEAN", "1")
+    elif kernel == "lazy":  # the running max kept while a chunk's max stays within 8 (log2) above it
+        monkeypatch.setenv("MSA_SPARSE_DECODE_LAZY", "1")
     elif splits:
         monkeypatch.setenv("MSA_SPARSE_DECODE_SPLITS", splits.removeprefix("splits"))
     # GQA 16 with one 16-row block, GQA 32 (two blocks), GQA 8 (half a block); a row of 64 pages (at least two
@@ -274,6 +277,28 @@ def test_split_variants(device, kernel, kv_format, monkeypatch):
             case = make_sparse_decode_case(lens, q_len=q_len, q_heads=16, kv_heads=2, kv_format=kv_format,
                                            seed=80 + i, device=device)
             _check_case(case, what=f"{kernel} {kv_format} Q {q_len}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("lazy", ["0", "1"])
+@pytest.mark.parametrize("kv_format", KV_FORMATS)
+def test_late_score_spike(device, lazy, kv_format, monkeypatch):
+    # One key of each request's local page (the last slot of every TopK row, so among the last chunks a warp walks)
+    # scaled by 16: its scores jump far past the running max built over the history pages (by more than lazy
+    # rescaling's slack of 8 in log2 units), so O must be rescaled late in the walk. With MSA_SPARSE_DECODE_LAZY=1
+    # (lazy rescaling) and =0 the split kernel must match the reference; the CPU op ignores the knob (the twin).
+    monkeypatch.setenv("MSA_SPARSE_DECODE_UNION", "0")
+    monkeypatch.setenv("MSA_SPARSE_DECODE_LAZY", lazy)
+    q_len = 4
+    case = make_sparse_decode_case([5000, 3000], q_len=q_len, q_heads=16, kv_heads=2, kv_format=kv_format, seed=97,
+                                   device=device)
+    for b, n in enumerate(case.seq_lens.tolist()):
+        key = n - q_len                   # the request's first query token: visible to all its tokens
+        physical, row = int(case.page_table[b, key // PAGE_SIZE]), key % PAGE_SIZE
+        # x16 is exact (an exponent step) and stays in range: NVFP4 scales and E4M3 keys are far below 448 / 16
+        target = case.k_scales if case.k_scales is not None else case.k
+        target[physical, :, row] = (target[physical, :, row].float() * 16).to(target.dtype)
+    _check_case(case, what=f"score spike, lazy={lazy}, {kv_format}")
 
 
 @requires_cuda

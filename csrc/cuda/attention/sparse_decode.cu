@@ -6,7 +6,8 @@
 // two <= 8 that gives at least half a wave of resident CTAs, and at least ceil(W / 32) (a CTA walks <= 32
 // TopK slots). Knobs for benchmarks and tests: MSA_SPARSE_DECODE_SPLITS=1|2|4|8 forces the split count (raised
 // to ceil(W / 32) when lower); MSA_SPARSE_DECODE_KERNEL=1 selects the v1 kernel (one CTA per token, no split);
-// MSA_SPARSE_DECODE_LEAN=1 the split kernel with one ring stage less and more CTAs per SM (split::Shape).
+// MSA_SPARSE_DECODE_LEAN=1 the split kernel with one ring stage less and more CTAs per SM (split::Shape);
+// MSA_SPARSE_DECODE_LAZY=1 the split kernel with lazy O rescaling (kLazySlack; not yet run on a GPU).
 //
 // The union pass (sparse_decode_union_kernels.cuh: one cluster per request and KV head decodes each page once
 // for all the request's tokens; Hopper only) is for requests whose tokens share pages. MSA_SPARSE_DECODE_UNION=2
@@ -74,10 +75,10 @@ LaunchStatus choose_splits(const SparseDecodeArgs& a, int units, int wave, const
   return LaunchStatus::ok();
 }
 
-template <KvKind kKv, bool kLean>
+template <KvKind kKv, bool kLean, bool kLazy>
 LaunchStatus launch_split(const SparseDecodeArgs& a, cudaStream_t stream) {
   using S = split::Shape<kKv, kLean>;
-  auto kernel = split::sparse_decode_split_kernel<kKv, S::kStages, S::kMinBlocks>;
+  auto kernel = split::sparse_decode_split_kernel<kKv, S::kStages, S::kMinBlocks, kLazy>;
   constexpr int kSmem = split::Layout<kKv, S::kStages>::kSmemBytes;
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel), kSmem);
   if (!ready.is_ok()) return ready;
@@ -164,8 +165,9 @@ LaunchStatus launch_kind(const SparseDecodeArgs& a, cudaStream_t stream) {
     return launch_v1<kKv>(a, stream);
   }
   if (use_union(a)) return launch_union<kKv>(a, stream);
-  if (msa::cuda::env_choice("MSA_SPARSE_DECODE_LEAN", {0, 1}, 0) == 1) return launch_split<kKv, true>(a, stream);
-  return launch_split<kKv, false>(a, stream);
+  if (msa::cuda::env_choice("MSA_SPARSE_DECODE_LEAN", {0, 1}, 0) == 1) return launch_split<kKv, true, false>(a, stream);
+  if (msa::cuda::env_choice("MSA_SPARSE_DECODE_LAZY", {0, 1}, 0) == 1) return launch_split<kKv, false, true>(a, stream);
+  return launch_split<kKv, false, false>(a, stream);
 }
 
 }  // namespace

@@ -534,7 +534,14 @@ __device__ __forceinline__ int dim_of_position(int p) {
 
 // ---- the kernel ----------------------------------------------------------------------------------------
 
-template <KvKind kKv, int kStages, int kMinBlocks>
+// kLazy (knob MSA_SPARSE_DECODE_LAZY=1, an experiment not yet run on a GPU): lazy rescaling. A row keeps its
+// running max while a chunk's max stays within kLazySlack (log2 units) above it, so P = 2^(s - max) <= 2^8 (exact
+// enough in fp16 / bf16; the fp32 sums stay far from overflow) and O is rescaled only when some row's max grows
+// past that. The final O / l and the LSE do not depend on the reference max. Without it every growth rescales,
+// which with 16 rows per warp happens in most chunks (64 FMUL each).
+constexpr float kLazySlack = 8.0f;
+
+template <KvKind kKv, int kStages, int kMinBlocks, bool kLazy>
 __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
     sparse_decode_split_kernel(const SparseDecodeArgs a, int splits) {
   MSA_TRACE(2, 0);
@@ -682,7 +689,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
     for (int h = 0; h < 2; ++h) {
       chunk_max[h] = fmaxf(chunk_max[h], __shfl_xor_sync(0xFFFFFFFFu, chunk_max[h], 1));
       chunk_max[h] = fmaxf(chunk_max[h], __shfl_xor_sync(0xFFFFFFFFu, chunk_max[h], 2));
-      grows |= chunk_max[h] > row_max[h];
+      if constexpr (kLazy) {
+        grows |= chunk_max[h] > row_max[h] + kLazySlack;  // -inf + slack = -inf: the first chunk always sets it
+      } else {
+        grows |= chunk_max[h] > row_max[h];
+      }
     }
     if (__any_sync(0xFFFFFFFFu, grows)) {  // rescale only when some row's running max moves
       float correction[2];
