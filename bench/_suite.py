@@ -200,14 +200,25 @@ def overall_verdict(summary: list[dict[str, Any]], cpu: bool, label: Callable[[d
     return overall if complete else overall + " [partial suite: indicative only]"
 
 
+def guarded(row: dict[str, Any], device: torch.device, work: Callable[[], None]) -> dict[str, Any]:
+    """Runs one case's ``work()`` (which fills ``row``); a failure is reported in ``row["error"]`` so that one bad
+    case does not lose the whole sweep, and the case's device memory is released either way."""
+    try:
+        work()
+    except Exception as err:  # report and go on
+        row["error"] = error_text(err)
+    finally:
+        release(device)
+    return row
+
+
 def time_sets(row: dict[str, Any], op: Callable[..., Any], build: Callable[[], Any], check: Callable[[Any], str],
               device: torch.device, *, rotations: int, calls: int, warmup: int, samples: int, model_bytes: float,
               flops: float) -> dict[str, Any]:
     """Builds the input sets (``build()``, whose ``.args(i)`` gives set i's call arguments), times ``op`` over
-    them with the shared protocol, checks the outputs the timed calls wrote (``check(sets)``) and fills ``row``;
-    a failure is reported in ``row["error"]`` so that one bad case does not lose the whole sweep."""
-    sets = None
-    try:
+    them with the shared protocol, checks the outputs the timed calls wrote (``check(sets)``) and fills ``row``
+    (:func:`guarded`)."""
+    def work() -> None:
         sets = build()
         bound = [sets.args(i) for i in range(rotations)]  # the graph captures exactly these tensors
 
@@ -221,12 +232,8 @@ def time_sets(row: dict[str, Any], op: Callable[..., Any], build: Callable[[], A
         row["tbps"] = result.bytes_per_s(model_bytes) / 1e12
         row["tflops"] = flops / (result.us * 1e-6) / 1e12
         row["check"] = check(sets)
-    except Exception as err:  # report and go on
-        row["error"] = error_text(err)
-    finally:
-        del sets
-        release(device)
-    return row
+
+    return guarded(row, device, work)
 
 
 def finish(json_path: Path | None, payload: dict[str, Any], device: torch.device, rows: list[dict[str, Any]],

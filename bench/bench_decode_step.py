@@ -40,8 +40,8 @@ import torch  # noqa: E402
 import msa_ops  # noqa: E402
 import bench_index_decode as index_bench  # noqa: E402
 import bench_sparse_decode as sparse_bench  # noqa: E402
-from _suite import (MEMORY_BUDGET, Q_LEN, TOPK, error_text, finish, parse_cases, parse_choices,  # noqa: E402
-                    pick_device, release, suite_of, suite_pairs, timing_plan, timing_protocol)
+from _suite import (MEMORY_BUDGET, Q_LEN, TOPK, finish, guarded, parse_cases, parse_choices,  # noqa: E402
+                    pick_device, suite_of, suite_pairs, timing_plan, timing_protocol)
 from msa_ops.bench import bench, format_table, rotations_for  # noqa: E402
 from msa_ops.testing.paged import HEAD_DIM, PAGE_SIZE  # noqa: E402
 
@@ -142,8 +142,8 @@ def run_case(case: Case, device: torch.device, l2_bytes: int | None, quick: bool
                            "suite": case.suite, "pages": geo.pages, "max_pages": geo.width,
                            "rotations": rotations, "calls": calls}
     seed = 1701 + 1009 * case.batch + case.nominal + 7919 * case.kv_heads
-    sets = None
-    try:
+
+    def work() -> None:
         sets = build_sets(case, geo, rotations, device, seed)
         timed = {}
         # index alone first: its calls also fill every set's TopK rows, which sparse_decode alone then reads
@@ -157,12 +157,8 @@ def run_case(case: Case, device: torch.device, l2_bytes: int | None, quick: bool
         checks = [index_bench.check_topk(sets.topk, geo.pos), sparse_bench.check_output(sets)]
         bad = [c for c in checks if c != "ok"]
         row["check"] = "ok" if not bad else "; ".join(bad)
-    except Exception as err:  # report and go on
-        row["error"] = error_text(err)
-    finally:
-        del sets
-        release(device)
-    return row
+
+    return guarded(row, device, work)
 
 
 def main(argv: list[str] | None = None) -> int:
