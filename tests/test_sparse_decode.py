@@ -245,13 +245,13 @@ def test_views(device, kv_format):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("kernel", ["splits1", "splits2", "splits4", "splits8", "v1", "lean", "lazy", "union",
+@pytest.mark.parametrize("kernel", ["splits1", "splits2", "splits4", "splits8", "v1", "lean", "eager", "union",
                                     "union-splits1", "union-splits2", "union-splits8"])
 @pytest.mark.parametrize("kv_format", KV_FORMATS)
 def test_split_variants(device, kernel, kv_format, monkeypatch):
     # The CUDA op splits each token's TopK row over a cluster of 1, 2, 4 or 8 CTAs (chosen from the shapes) and
     # merges the parts by their LSE; MSA_SPARSE_DECODE_SPLITS forces a split count, MSA_SPARSE_DECODE_KERNEL=1
-    # the unsplit v1 kernel, MSA_SPARSE_DECODE_LEAN=1 the leaner ring and MSA_SPARSE_DECODE_LAZY=1 lazy O rescaling
+    # the unsplit v1 kernel, MSA_SPARSE_DECODE_LEAN=1 the leaner ring and MSA_SPARSE_DECODE_LAZY=0 eager O rescaling
     # (all read at every call).
     # MSA_SPARSE_DECODE_UNION=1 forces the union pass (one decode of each page for all tokens of a request, its
     # pages split over the cluster), =0 keeps it off. The CPU op ignores them: its run is the same case's twin.
@@ -261,8 +261,8 @@ def test_split_variants(device, kernel, kv_format, monkeypatch):
         monkeypatch.setenv("MSA_SPARSE_DECODE_KERNEL", "1")
     elif kernel == "lean":  # one ring stage less, more CTAs per SM
         monkeypatch.setenv("MSA_SPARSE_DECODE_LEAN", "1")
-    elif kernel == "lazy":  # the running max kept while a chunk's max stays within 8 (log2) above it
-        monkeypatch.setenv("MSA_SPARSE_DECODE_LAZY", "1")
+    elif kernel == "eager":  # O rescaled at every growth of a row's max (default: lazy, within 8 in log2 units)
+        monkeypatch.setenv("MSA_SPARSE_DECODE_LAZY", "0")
     elif splits:
         monkeypatch.setenv("MSA_SPARSE_DECODE_SPLITS", splits.removeprefix("splits"))
     # GQA 16 with one 16-row block, GQA 32 (two blocks), GQA 8 (half a block); a row of 64 pages (at least two
@@ -286,7 +286,7 @@ def test_late_score_spike(device, lazy, kv_format, monkeypatch):
     # One key of each request's local page (the last slot of every TopK row, so among the last chunks a warp walks)
     # scaled by 16: its scores jump far past the running max built over the history pages (by more than lazy
     # rescaling's slack of 8 in log2 units), so O must be rescaled late in the walk. With MSA_SPARSE_DECODE_LAZY=1
-    # (lazy rescaling) and =0 the split kernel must match the reference; the CPU op ignores the knob (the twin).
+    # (lazy rescaling, the default) and =0 the split kernel must match the reference; the CPU op ignores the knob (the twin).
     monkeypatch.setenv("MSA_SPARSE_DECODE_UNION", "0")
     monkeypatch.setenv("MSA_SPARSE_DECODE_LAZY", lazy)
     q_len = 4

@@ -102,6 +102,51 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   }
 }
 
+// Thread-block clusters (sm_90+): the cluster barrier split into its two halves, and stores into a peer CTA's
+// shared memory. Every thread of every CTA of the cluster must arrive, and arrive and wait alternate.
+// cluster_arrive_relaxed orders nothing (e.g. "this CTA has started"); cluster_arrive releases this thread's
+// earlier writes (incl. remote shared-memory stores) to the threads that then return from cluster_wait (acquire).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_arrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+// The shared::cluster address of `address` (this CTA's shared window) in CTA `rank` of the cluster.
+__device__ __forceinline__ uint32_t cluster_map(uint32_t address, int rank) {
+  uint32_t mapped = address;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(mapped) : "r"(address), "r"(rank));
+#endif
+  return mapped;
+}
+__device__ __forceinline__ void cluster_store(uint32_t address, float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(address), "f"(v) : "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_store(uint32_t address, int v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.shared::cluster.s32 [%0], %1;" ::"r"(address), "r"(v) : "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_store(uint32_t address, float4 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(address), "f"(v.x), "f"(v.y), "f"(v.z),
+               "f"(v.w)
+               : "memory");
+#endif
+}
+
 // Programmatic dependent launch (sm_90+; see launch_status.h's pdl_attribute). grid_dependency_wait: returns
 // once the grids this one depends on have completed and their writes are visible; a no-op for a launch without
 // the attribute. Call it before the first global read or write. allow_dependent_launch: the next kernel in the
