@@ -90,13 +90,15 @@ struct Fmt<KvKind::kBF16> {
   static constexpr int kElem = 2;
 };
 
-// Ring depth (16-key chunks per warp) and the CTAs per SM the registers are budgeted for. Default: the measured
-// configuration (3 CTAs per SM; 166 registers). Lean (knob MSA_SPARSE_DECODE_LEAN=1, an experiment): one stage
-// less so that more CTAs fit (NVFP4: 4 CTAs per SM at <= 128 registers; BF16: 3 instead of 2; E4M3 unchanged).
+// Ring depth (16-key chunks per warp) and the CTAs per SM the registers are budgeted for. Default: 3 CTAs per SM
+// (<= 168 registers) for NVFP4 and E4M3; BF16's 3-stage ring (~109 KB of shared memory) fits only 2 CTAs per SM,
+// so its registers are budgeted for 2 (at 3 ptxas spilled a value inside the main loop). Lean (knob
+// MSA_SPARSE_DECODE_LEAN=1, an experiment): one stage less so that more CTAs fit (NVFP4: 4 CTAs per SM at <= 128
+// registers; BF16: 3 instead of 2; E4M3 unchanged).
 template <KvKind kKv, bool kLean>
 struct Shape {
   static constexpr int kStages = kKv == KvKind::kBF16 ? (kLean ? 2 : 3) : (kLean && kKv == KvKind::kNvfp4 ? 3 : 4);
-  static constexpr int kMinBlocks = kLean && kKv == KvKind::kNvfp4 ? 4 : 3;
+  static constexpr int kMinBlocks = kLean && kKv == KvKind::kNvfp4 ? 4 : (kKv == KvKind::kBF16 && !kLean ? 2 : 3);
 };
 
 template <KvKind kKv, int kStages>
