@@ -51,6 +51,13 @@ LaunchStatus launch_stream_tiles(ScoreArgs a, int sms, cudaStream_t stream) {
                                   StreamConfig::kThreads, 0, stream, a);
 }
 
+// Experiment knob MSA_INDEX_FLAT_RUN=n: the flat grid wherever it can serve, with enough waves for runs of <= n
+// pages (0 = the rule below: flat only where the 2-D rule gives runs of >= 8 pages, runs up to kMaxPagesPerUnit).
+int flat_run_target() {
+  static const int target = msa::cuda::env_choice("MSA_INDEX_FLAT_RUN", {0, 2, 3, 4, 6, 8, 12, 16, 32, 64}, 0);
+  return target;
+}
+
 // Pages per CTA of the wgmma kernel, from host-known shapes only. The CTAs of a request are counted per request
 // (B x ceil(W / pages) must fit), so the grid is exactly one wave of resident CTAs when the runs stay short
 // (<= 16 pages: a CTA's setup, about a page's time, is paid once per run and every CTA starts at once), else
@@ -63,8 +70,16 @@ int forced_pages_per_cta() {
       msa::cuda::env_choice("MSA_INDEX_PAGES_PER_CTA", {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}, 0);
   return forced;
 }
+// Many short requests (B >= 128, page tables <= 128 pages) at H = 4: runs of 4 pages on the 2-D grid, several waves
+// that the block scheduler balances as CTAs finish, instead of one wave of ~10-16-page runs (the rule below, then
+// the flat grid). Measured on the H200 (2026-12-03, bench_index_decode.py, us, rule -> 4 pages): NVFP4 B128 N4000
+// 32.5 -> 28.7, N5000 36.8 -> 33.4, N10000 64.2 -> 57.0; FP8 31.1 -> 29.3, 36.1 -> 34.5, 60.8 -> 57.3. Not at
+// B64 (FP8 B64 N4000 16.4 -> 18.6) nor at N >= 50000 (B128 N50000 NVFP4 217 -> 245); H = 1 not measured.
+bool many_short_requests(const ScoreArgs& a) { return a.batch >= 128 && a.max_pages <= 128 && a.q_len * a.heads == 32; }
+
 int wgmma_pages_per_cta(const ScoreArgs& a, int slots) {
   if (forced_pages_per_cta() > 0) return forced_pages_per_cta();
+  if (many_short_requests(a) && flat_run_target() == 0) return 4;
   const int per_request = std::max(1, slots / std::max(a.batch, 1));  // CTAs of one request in one wave
   int pages = (a.max_pages + per_request - 1) / per_request;
   if (pages > 16) pages = (a.max_pages + 2 * per_request - 1) / (2 * per_request);
@@ -76,11 +91,10 @@ int wgmma_pages_per_cta(const ScoreArgs& a, int slots) {
 // pages of scores_out) and no run length is forced: whole waves of `slots` CTAs, enough that runs of
 // kMaxPagesPerUnit pages cover B x max_pages (sum_b ceil(needed_b / run) <= CTAs - B for any lengths). The
 // CTAs past the last run exit at once, inside the last wave.
-int flat_grid_ctas(const ScoreArgs& a, int slots) {
+int flat_grid_ctas(const ScoreArgs& a, int slots, int run_target) {
   static const bool off = msa::cuda::env_choice("MSA_INDEX_FLAT_GRID", {0, 1}, 1) == 0;
   if (off || forced_pages_per_cta() > 0 || a.write_all_pages || a.batch < 2 || a.batch > WgmmaConfig::kThreads) return 0;
-  const int64_t needed = (int64_t(a.batch) * a.max_pages + WgmmaConfig::kMaxPagesPerUnit - 1) /
-                         WgmmaConfig::kMaxPagesPerUnit + a.batch;
+  const int64_t needed = (int64_t(a.batch) * a.max_pages + run_target - 1) / run_target + a.batch;
   const int64_t waves = (needed + slots - 1) / slots;
   return static_cast<int>(std::min<int64_t>(waves * slots, 1 << 30));
 }
@@ -101,7 +115,9 @@ LaunchStatus launch_wgmma_rows(ScoreArgs a, cudaStream_t stream) {
   // long runs of requests of different lengths set the time (H200, 2026-12-03, NVFP4 H = 4, us, 2-D -> flat:
   // B8 N100K 41.1 -> 37.8, B8 N200K 68.4 -> 64.0, B32 N50K 68.0 -> 64.6, B32 N100K 124.4 -> 117.7) and loses
   // on short ones (B8 N10000, 2-page runs: 11.5 -> 12.8; B4 N32000, 3 pages: 14.1 -> 14.3).
-  a.flat_ctas = a.pages_per_unit >= 8 ? flat_grid_ctas(a, slots) : 0;
+  a.flat_ctas = flat_run_target() > 0        ? flat_grid_ctas(a, slots, flat_run_target())
+                : a.pages_per_unit >= 8      ? flat_grid_ctas(a, slots, WgmmaConfig::kMaxPagesPerUnit)
+                                             : 0;
   if (a.flat_ctas > 0) return msa::cuda::launch_kernel(kernel, dim3(a.flat_ctas), WgmmaConfig::kThreads, 0, stream, a);
   return msa::cuda::launch_kernel(kernel, dim3((a.max_pages + a.pages_per_unit - 1) / a.pages_per_unit, a.batch),
                                   WgmmaConfig::kThreads, 0, stream, a);
