@@ -206,17 +206,19 @@ def test_strided_views(device, key_format):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("batch", [24, 128, 130])
-def test_many_uneven_requests(device, batch):
+@pytest.mark.parametrize("batch, q_len", [(24, 2), (128, 2), (130, 2), (128, 8)])
+def test_many_uneven_requests(device, batch, q_len):
     # Lengths spread over orders of magnitude, padding requests among them: the CUDA op sizes its runs from the
     # true lengths (flat grid: 2..128 requests and runs of >= 8 pages on the 2-D grid, so max_pages >= 8 x 528 /
-    # B on the H200; 130 requests take the 2-D grid), and _check_case compares the workspace's scores with
-    # scores_out's page by page.
-    g = torch.Generator().manual_seed(batch)
+    # B on the H200; 130 requests take the 2-D grid; 128 requests of Q x H = 32 rows with a table of <= 128 pages
+    # take 4-page runs on the 2-D grid), and _check_case compares the workspace's scores with scores_out's page
+    # by page.
+    g = torch.Generator().manual_seed(batch + q_len)
     lens = torch.randint(1, 24_000 if batch <= 24 else 4_500, (batch,), generator=g)
     lens[torch.randperm(batch, generator=g)[:3]] = torch.tensor([0, 3, 2049 + batch])
-    case = make_index_decode_case(lens.tolist(), q_len=2, heads=4, key_format="nvfp4", seed=41 + batch, device=device)
-    _check_case(case, what=f"{batch} uneven requests")
+    case = make_index_decode_case(lens.tolist(), q_len=q_len, heads=4, key_format="nvfp4", seed=41 + batch + q_len,
+                                  device=device)
+    _check_case(case, what=f"{batch} uneven requests, Q {q_len}")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -511,15 +513,15 @@ def test_cuda_graph_replay_sees_in_place_updates():
 
 @requires_cuda
 @pytest.mark.parametrize("knob, choice", [("MSA_INDEX_SCORES", "1"), ("MSA_INDEX_PAGES_PER_CTA", "64"),
-                                          ("MSA_PDL", "0"), ("MSA_INDEX_FLAT_GRID", "0")],
-                         ids=["mma-sync", "64-pages-per-cta", "no-pdl", "no-flat-grid"])
+                                          ("MSA_PDL", "0"), ("MSA_INDEX_FLAT_GRID", "0"), ("MSA_INDEX_FLAT_RUN", "4")],
+                         ids=["mma-sync", "64-pages-per-cta", "no-pdl", "no-flat-grid", "flat-runs-4"])
 def test_cuda_score_kernel_knob(knob, choice):
     # MSA_INDEX_SCORES=1 forces the mma.sync score kernel (the path of non-Hopper GPUs) on any GPU;
     # MSA_INDEX_PAGES_PER_CTA=64 the longest runs per CTA of the Hopper kernel (odd page counts per run, runs
     # ending mid-request); MSA_PDL=0 plain launches (no programmatic dependent launch); MSA_INDEX_FLAT_GRID=0
-    # the 2-D grid without scores_out too. Knobs are read once per process, so the CUDA score cases rerun in a
-    # subprocess.
-    selection = "cuda and (lengths or query_lengths or page_layouts or padding or nan_keys or strided)"
+    # the 2-D grid without scores_out too; MSA_INDEX_FLAT_RUN=4 the flat grid wherever it serves, in runs of <= 4
+    # pages. Knobs are read once per process, so the CUDA score cases rerun in a subprocess.
+    selection = "cuda and (lengths or query_lengths or page_layouts or padding or nan_keys or strided or uneven)"
     result = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:logging", "-k", selection],
                             env={**os.environ, knob: choice}, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
