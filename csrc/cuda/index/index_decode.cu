@@ -164,7 +164,17 @@ LaunchStatus launch_scores(const ScoreArgs& args, cudaStream_t stream) {
   }
 }
 
-LaunchStatus launch_select(const SelectArgs& args, cudaStream_t stream) {
+// Experiment knob MSA_INDEX_SELECT_TRIGGER=1 (default 0, not yet run on a GPU): the warp select kernel lets its
+// dependent launch at its start when its grid fits one wave (so no CTA of it waits for a slot the dependent took).
+// Measured so far: the decode step (index_decode -> sparse_decode) is 0.1-1 us slower than the two ops alone
+// (bench/bench_decode_step.py, 2026-12-03), and the select kernel starts ~1.3 us after the score kernel's last CTA.
+bool select_trigger_early() {
+  static const bool on = msa::cuda::env_choice("MSA_INDEX_SELECT_TRIGGER", {0, 1}, 0) == 1;
+  return on;
+}
+
+LaunchStatus launch_select(const SelectArgs& select_args, cudaStream_t stream) {
+  SelectArgs args = select_args;
   const int rows = args.heads * args.tokens;
   if (rows == 0) return LaunchStatus::ok();
   // A row has fewer than max_pages candidates (its local page is < max_pages and local_blocks >= 1). Up to 2048:
@@ -178,6 +188,14 @@ LaunchStatus launch_select(const SelectArgs& args, cudaStream_t stream) {
     const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
     if (!ready.is_ok()) return ready;
     const int ctas = (rows + WarpSelectConfig::kWarps - 1) / WarpSelectConfig::kWarps;
+    args.trigger_early = false;
+    if (select_trigger_early()) {
+      int wave = 0;
+      const LaunchStatus sized = msa::cuda::resident_blocks(reinterpret_cast<const void*>(kernel),
+                                                            WarpSelectConfig::kThreads, 0, wave);
+      if (!sized.is_ok()) return sized;
+      args.trigger_early = ctas <= wave;
+    }
     return msa::cuda::launch_kernel(kernel, dim3(ctas), WarpSelectConfig::kThreads, 0, stream, args);
   }
   auto kernel = topk_select_kernel;

@@ -360,6 +360,9 @@ template <int kPerLane>
 __global__ void __launch_bounds__(WarpSelectConfig::kThreads) topk_select_warp_kernel(const SelectArgs a) {
   MSA_TRACE(1, 0);
   msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
+  // A one-wave grid: the next kernel (sparse decode, or the next step's scores) may take the free SM slots now and
+  // wait in its own grid_dependency_wait, so its launch overlaps this kernel (experiment, launch_select).
+  if (a.trigger_early) msa::cuda::allow_dependent_launch();
   MSA_TRACE(1, 1);
   using C = WarpSelectConfig;
   static_assert(kPerLane % C::kChunk == 0 && kPerLane <= C::kMaxPerLane, "registers per lane");

@@ -46,6 +46,9 @@ struct SelectArgs {
   int topk, init_blocks, local_blocks;
   int32_t* out;  // [H, T, topk], any strides
   int64_t out_stride_h, out_stride_t, out_stride_k;
+  // Set by launch_select (experiment knob MSA_INDEX_SELECT_TRIGGER=1, when its grid is one wave): the warp select
+  // kernel lets the next kernel in the stream launch at its start instead of its exit.
+  bool trigger_early;
 };
 
 msa::cuda::LaunchStatus launch_scores(const ScoreArgs& args, cudaStream_t stream);
