@@ -7,7 +7,8 @@
 // TopK slots). Knobs for benchmarks and tests: MSA_SPARSE_DECODE_SPLITS=1|2|4|8 forces the split count (raised
 // to ceil(W / 32) when lower); MSA_SPARSE_DECODE_KERNEL=1 selects the v1 kernel (one CTA per token, no split);
 // MSA_SPARSE_DECODE_LEAN=1 the split kernel with one ring stage less and more CTAs per SM (split::Shape);
-// MSA_SPARSE_DECODE_LAZY=0 the split kernel with eager O rescaling (every growth of a row's max; the default is lazy
+// MSA_SPARSE_DECODE_WARPS=6 the lazy split kernel with 6 warps per CTA and 2 CTAs per SM (NVFP4 / E4M3; split::Shape;
+// an experiment not yet run on a GPU); MSA_SPARSE_DECODE_LAZY=0 the split kernel with eager O rescaling (every growth of a row's max; the default is lazy
 // rescaling, kLazySlack; the lean ring has no lazy variant, so LEAN=1 wins when both are set).
 //
 // The union pass (sparse_decode_union_kernels.cuh: one cluster per request and KV head decodes each page once
@@ -49,7 +50,7 @@ LaunchStatus launch_clusters(Kernel kernel, dim3 grid, int threads, int smem, in
 
 // Split count of the split kernel. `wave`: its CTAs resident on the GPU at once; `kernel`, `smem`: for the
 // number of its clusters that fit at once.
-LaunchStatus choose_splits(const SparseDecodeArgs& a, int units, int wave, const void* kernel, int smem,
+LaunchStatus choose_splits(const SparseDecodeArgs& a, int units, int wave, const void* kernel, int threads, int smem,
                            int& splits) {
   const int least = (a.topk_width + split::Cfg::kMaxSlots - 1) / split::Cfg::kMaxSlots;  // <= 2 for W <= 64
   splits = msa::cuda::env_choice("MSA_SPARSE_DECODE_SPLITS", {1, 2, 4, 8}, 0);
@@ -66,7 +67,7 @@ LaunchStatus choose_splits(const SparseDecodeArgs& a, int units, int wave, const
     // 30 clusters of 4 one-CTA-per-SM CTAs fit on the H200, not 33), split less rather than run a second wave.
     while (splits > 1 && splits / 2 >= least) {
       int clusters = 0;
-      const LaunchStatus fit = msa::cuda::resident_clusters(kernel, split::Cfg::kThreads, smem, splits, clusters);
+      const LaunchStatus fit = msa::cuda::resident_clusters(kernel, threads, smem, splits, clusters);
       if (!fit.is_ok()) return fit;
       if (units <= clusters) break;
       splits /= 2;
@@ -76,25 +77,27 @@ LaunchStatus choose_splits(const SparseDecodeArgs& a, int units, int wave, const
   return LaunchStatus::ok();
 }
 
-template <KvKind kKv, bool kLean, bool kLazy>
+template <KvKind kKv, bool kLean, bool kLazy, int kWarps = split::Cfg::kWarps>
 LaunchStatus launch_split(const SparseDecodeArgs& a, cudaStream_t stream) {
-  using S = split::Shape<kKv, kLean>;
-  auto kernel = split::sparse_decode_split_kernel<kKv, S::kStages, S::kMinBlocks, kLazy>;
-  constexpr int kSmem = split::Layout<kKv, S::kStages>::kSmemBytes;
+  using S = split::Shape<kKv, kLean, kWarps>;
+  auto kernel = split::sparse_decode_split_kernel<kKv, S::kStages, S::kMinBlocks, kLazy, kWarps>;
+  constexpr int kSmem = split::Layout<kKv, S::kStages, kWarps>::kSmemBytes;
+  constexpr int kThreads = 32 * kWarps;
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel), kSmem);
   if (!ready.is_ok()) return ready;
   int wave = 0;
-  const LaunchStatus sized = msa::cuda::resident_blocks(reinterpret_cast<const void*>(kernel), split::Cfg::kThreads,
-                                                        kSmem, wave);
+  const LaunchStatus sized = msa::cuda::resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, kSmem,
+                                                        wave);
   if (!sized.is_ok()) return sized;
   const int group = a.q_heads / a.kv_heads;
   const int blocks = (group + split::Cfg::kRows - 1) / split::Cfg::kRows;
   const int units = a.tokens * a.kv_heads * blocks;
   int splits = 1;
-  const LaunchStatus chosen = choose_splits(a, units, wave, reinterpret_cast<const void*>(kernel), kSmem, splits);
+  const LaunchStatus chosen = choose_splits(a, units, wave, reinterpret_cast<const void*>(kernel), kThreads, kSmem,
+                                               splits);
   if (!chosen.is_ok()) return chosen;
   return launch_clusters(kernel, dim3(static_cast<unsigned>(a.tokens) * splits, a.kv_heads, blocks),
-                         split::Cfg::kThreads, kSmem, splits, a, stream);
+                         kThreads, kSmem, splits, a, stream);
 }
 
 // The automatic rule (MSA_SPARSE_DECODE_UNION=2, the default): where the union pass measured faster than the
@@ -168,6 +171,9 @@ LaunchStatus launch_kind(const SparseDecodeArgs& a, cudaStream_t stream) {
   if (use_union(a)) return launch_union<kKv>(a, stream);
   if (msa::cuda::env_choice("MSA_SPARSE_DECODE_LEAN", {0, 1}, 0) == 1) return launch_split<kKv, true, false>(a, stream);
   if (msa::cuda::env_choice("MSA_SPARSE_DECODE_LAZY", {0, 1}, 1) == 0) return launch_split<kKv, false, false>(a, stream);
+  if constexpr (kKv != KvKind::kBF16) {
+    if (msa::cuda::env_choice("MSA_SPARSE_DECODE_WARPS", {4, 6}, 4) == 6) return launch_split<kKv, false, true, 6>(a, stream);
+  }
   return launch_split<kKv, false, true>(a, stream);
 }
 

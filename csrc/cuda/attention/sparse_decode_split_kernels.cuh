@@ -95,23 +95,28 @@ struct Fmt<KvKind::kBF16> {
 // so its registers are budgeted for 2 (at 3 ptxas spilled a value inside the main loop). Lean (knob
 // MSA_SPARSE_DECODE_LEAN=1, an experiment): one stage less so that more CTAs fit (NVFP4: 4 CTAs per SM at <= 128
 // registers; BF16: 3 instead of 2; E4M3 unchanged).
-template <KvKind kKv, bool kLean>
+// Wide (knob MSA_SPARSE_DECODE_WARPS=6, an experiment not yet run on a GPU; NVFP4 and E4M3): 6 warps per CTA and
+// 2 CTAs per SM (the same 12 warps per SM and register budget as 3 CTAs of 4), so that a grid of fewer CTAs than
+// three per SM (B8 at 64/4: 256 CTAs of one split, 2 per SM) still runs 12 warps per SM, each with a third fewer
+// chunks.
+template <KvKind kKv, bool kLean, int kWarps = Cfg::kWarps>
 struct Shape {
+  static_assert(kWarps == Cfg::kWarps || (kWarps == 6 && !kLean && kKv != KvKind::kBF16), "the wide variant");
   static constexpr int kStages = kKv == KvKind::kBF16 ? (kLean ? 2 : 3) : (kLean && kKv == KvKind::kNvfp4 ? 3 : 4);
-  static constexpr int kMinBlocks = kLean && kKv == KvKind::kNvfp4 ? 4 : (kKv == KvKind::kBF16 && !kLean ? 2 : 3);
+  static constexpr int kMinBlocks = kWarps == 6 ? 2 : kLean && kKv == KvKind::kNvfp4 ? 4 : (kKv == KvKind::kBF16 && !kLean ? 2 : 3);
 };
 
-template <KvKind kKv, int kStages>
+template <KvKind kKv, int kStages, int kWarps = Cfg::kWarps>
 struct Layout {
   using F = Fmt<kKv>;
   static constexpr int kOTileBytes = Cfg::kRows * Cfg::kORow * 4;
   // per warp: its ring, reused for its fp32 O tile at the end
   static constexpr int kSlab = kStages * F::kStageBytes > kOTileBytes ? kStages * F::kStageBytes : kOTileBytes;
-  static constexpr int kTablesOff = Cfg::kWarps * kSlab;
+  static constexpr int kTablesOff = kWarps * kSlab;
   static constexpr int kTablesBytes = kKv == KvKind::kNvfp4 ? 256 * 8 : 0;
   static constexpr int kPagesOff = kTablesOff + kTablesBytes;  // [slot] PagePointers
   static constexpr int kStatsOff = kPagesOff + Cfg::kMaxSlots * 32;  // [warp][row] (m, l)
-  static constexpr int kMergedOff = kStatsOff + Cfg::kWarps * Cfg::kRows * 2 * 4;
+  static constexpr int kMergedOff = kStatsOff + kWarps * Cfg::kRows * 2 * 4;
   // merged record of the CTA: m[16], l[16], broken (int), pad, O[16][kORow] (dims in fragment order)
   static constexpr int kMergedOOff = kMergedOff + (2 * Cfg::kRows + 4) * 4;
   // the cluster merge (O tile reused as [sender][span] of the pushed values): each sender's (m, l) of this CTA's
@@ -547,14 +552,15 @@ __device__ __forceinline__ int dim_of_position(int p) {
 // BF16 within 1 %.
 constexpr float kLazySlack = 8.0f;
 
-template <KvKind kKv, int kStages, int kMinBlocks, bool kLazy>
-__global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
+template <KvKind kKv, int kStages, int kMinBlocks, bool kLazy, int kWarps = Cfg::kWarps>
+__global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     sparse_decode_split_kernel(const SparseDecodeArgs a, int splits) {
   MSA_TRACE(2, 0);
   msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
   MSA_TRACE(2, 1);
   using F = Fmt<kKv>;
-  using L = Layout<kKv, kStages>;
+  using L = Layout<kKv, kStages, kWarps>;
+  constexpr int kThreads = 32 * kWarps;
   constexpr bool kBF16 = kKv == KvKind::kBF16;
   extern __shared__ __align__(16) uint8_t smem[];
   uint2* tables = reinterpret_cast<uint2*>(smem + L::kTablesOff);
@@ -581,7 +587,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
 
   PagePointers* pages = reinterpret_cast<PagePointers*>(smem + L::kPagesOff);
   const SlotList slots = make_slot_list<kKv>(a, slot_page, hk, b, local, pos, pages);
-  const int mine = slots.total > warp ? (slots.total - warp + Cfg::kWarps - 1) / Cfg::kWarps : 0;
+  const int mine = slots.total > warp ? (slots.total - warp + kWarps - 1) / kWarps : 0;
   __syncthreads();  // page table (and the NVFP4 product tables)
   MSA_TRACE(2, 2);
   if (splits > 1) msa::cuda::cluster_arrive_relaxed();  // "started": peers push into this CTA's shared memory
@@ -592,7 +598,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < mine) {
-      issue_chunk<kKv>(a, pages, chunk_ref(slots, warp + Cfg::kWarps * i), off, ring_addr + i * F::kStageBytes);
+      issue_chunk<kKv>(a, pages, chunk_ref(slots, warp + kWarps * i), off, ring_addr + i * F::kStageBytes);
     }
     cp_async_commit();
   }
@@ -645,14 +651,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
     const int ahead = i + kStages - 1;
     if constexpr (kShared) __syncwarp();
     if (ahead < mine) {
-      issue_chunk<kKv>(a, pages, chunk_ref(slots, warp + Cfg::kWarps * ahead), off,
+      issue_chunk<kKv>(a, pages, chunk_ref(slots, warp + kWarps * ahead), off,
                        ring_addr + (ahead % kStages) * F::kStageBytes);
     }
     cp_async_commit();
     cp_async_wait<kStages - 1>();
     if constexpr (kShared) __syncwarp();
     if (i == 0) MSA_TRACE(2, 3);  // warp 0's first chunk landed
-    const ChunkRef c = chunk_ref(slots, warp + Cfg::kWarps * i);
+    const ChunkRef c = chunk_ref(slots, warp + kWarps * i);
     const uint8_t* stage = ring + (i % kStages) * F::kStageBytes;
 
     float s[2][4];
@@ -764,10 +770,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
     const int r = threadIdx.x;
     float m = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < Cfg::kWarps; ++w) m = fmaxf(m, stats[(w * Cfg::kRows + r) * 2]);
+    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, stats[(w * Cfg::kRows + r) * 2]);
     float total = 0.0f;
 #pragma unroll
-    for (int w = 0; w < Cfg::kWarps; ++w) {
+    for (int w = 0; w < kWarps; ++w) {
       float& slot = stats[(w * Cfg::kRows + r) * 2];
       const float weight = m != -INFINITY ? exp2f(slot - m) : 0.0f;  // 0 for a warp without keys
       total += stats[(w * Cfg::kRows + r) * 2 + 1] * weight;
@@ -782,7 +788,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
   auto warp_merged = [&](int r, int p) {
     float acc = 0.0f;
 #pragma unroll
-    for (int w = 0; w < Cfg::kWarps; ++w) {
+    for (int w = 0; w < kWarps; ++w) {
       acc += reinterpret_cast<const float*>(smem + w * L::kSlab)[r * Cfg::kORow + p] * stats[(w * Cfg::kRows + r) * 2];
     }
     return acc;
@@ -798,7 +804,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
   };
 
   if (splits == 1) {  // one CTA per token: it finishes the output itself
-    for (int idx = threadIdx.x; idx < rows * Cfg::kDim; idx += Cfg::kThreads) {
+    for (int idx = threadIdx.x; idx < rows * Cfg::kDim; idx += kThreads) {
       const int r = idx / Cfg::kDim, p = idx % Cfg::kDim;
       store(r, p, warp_merged(r, p), merged_m[r], merged_l[r], broken);
     }
@@ -830,11 +836,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
     cluster_store(cluster_map(smem_u32(recv_l + slot), owner), merged_l[r]);
   }
   if (threadIdx.x < ranks) cluster_store(cluster_map(smem_u32(recv_broken + rank), threadIdx.x), broken);
-  for (int i = threadIdx.x; i < Cfg::kRows * Cfg::kDim / 4; i += Cfg::kThreads) {  // a warp: 128 values of a row
+  for (int i = threadIdx.x; i < Cfg::kRows * Cfg::kDim / 4; i += kThreads) {  // a warp: 128 values of a row
     const int r = i / (Cfg::kDim / 4), p = 4 * (i % (Cfg::kDim / 4));
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-    for (int w = 0; w < Cfg::kWarps; ++w) {
+    for (int w = 0; w < kWarps; ++w) {
       const float4 x = *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(smem + w * L::kSlab) +
                                                         r * Cfg::kORow + p);
       const float weight = stats[(w * Cfg::kRows + r) * 2];
@@ -865,7 +871,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kMinBlocks)
     *final_broken = any_broken;
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < span; idx += Cfg::kThreads) {
+  for (int idx = threadIdx.x; idx < span; idx += kThreads) {
     const int rl = idx / Cfg::kDim, p = idx % Cfg::kDim, r = rank * rows_per_rank + rl;
     if (r >= rows) continue;
     float acc = 0.0f;
