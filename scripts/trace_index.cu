@@ -93,9 +93,14 @@ int main(int argc, char** argv) {
   std::printf("\nop time (events, L2 evicted, no graph): median %.2f us, min %.2f us\n", times[times.size() / 2],
               times.front());
   static const char* const kScorePoints[] = {"entry", "after PDL wait", "run and length known", "setup done",
-                                             "first slice decoded", "first page stored", "main loop done", "exit"};
+                                             "first slice decoded", "first page stored", "main loop done", "exit",
+                                             "", "", "", ""};
   static const char* const kSelectPoints[] = {"entry", "after PDL wait", "position known", "keys ranked",
-                                              "bound found", "selection done", "-", "exit (history rows)"};
+                                              "bound found", "selection done", "-", "exit (history rows)",
+                                              "", "", "", ""};
+  static_assert(sizeof(kScorePoints) == sizeof(kSelectPoints) &&
+                    sizeof(kScorePoints) / sizeof(kScorePoints[0]) == msa::cuda::TraceShape::kPoints,
+                "a label per point");
   const uint64_t t0 = timeline.first_entry(0);
   timeline.report(0, "score kernel", t0, kScorePoints);
   timeline.report(1, "select kernel", t0, kSelectPoints);

@@ -123,7 +123,9 @@ int main(int argc, char** argv) {
   std::printf("\nop time (events, L2 evicted, no graph): median %.2f us, min %.2f us\n", times[times.size() / 2],
               times.front());
   static const char* const kPoints[] = {"entry", "after PDL wait", "slot list ready", "warp 0: first chunk in",
-                                        "warp 0: chunks done", "warps merged", "splits merged (cluster)", "exit"};
+                                        "warp 0: chunks done", "warps merged", "splits merged (cluster)", "exit",
+                                        "pushes issued (cluster)", "owner weights ready", "", ""};
+  static_assert(sizeof(kPoints) / sizeof(kPoints[0]) == msa::cuda::TraceShape::kPoints, "a label per point");
   timeline.report(2, "sparse decode split kernel", timeline.first_entry(2), kPoints);
   return 0;
 }

@@ -849,6 +849,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     const float* dst = recv_o + rank * span + (r % rows_per_rank) * Cfg::kDim + p;
     cluster_store(cluster_map(smem_u32(dst), r / rows_per_rank), acc);
   }
+  MSA_TRACE(2, 8);  // this CTA's pushes issued
   msa::cuda::cluster_arrive();  // release: the pushes above
   msa::cuda::cluster_wait();    // acquire: every peer's pushes into this CTA
   MSA_TRACE(2, 6);  // every split of the token pushed its part
@@ -871,6 +872,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     *final_broken = any_broken;
   }
   __syncthreads();
+  MSA_TRACE(2, 9);  // the owner's weights ready
   for (int idx = threadIdx.x; idx < span; idx += kThreads) {
     const int rl = idx / Cfg::kDim, p = idx % Cfg::kDim, r = rank * rows_per_rank + rl;
     if (r >= rows) continue;

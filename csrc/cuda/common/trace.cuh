@@ -10,7 +10,7 @@ namespace msa::cuda {
 struct TraceShape {
   static constexpr int kKernels = 3;   // 0: index scores, 1: top-k select, 2: sparse decode (split kernel)
   static constexpr int kCtas = 4096;   // CTAs past this are not recorded
-  static constexpr int kPoints = 8;
+  static constexpr int kPoints = 12;
 };
 
 #ifdef MSA_KERNEL_TRACE
