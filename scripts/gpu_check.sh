@@ -5,7 +5,8 @@
 #   PROFILE=1: also ncu (speed of light, occupancy, warp states) of one launch of each main kernel on its
 #   heaviest quick case (ncu_*.log); about a minute more.
 #   TRACE=1: also build the latency-trace harnesses (scripts/trace_*.cu) and run them on the low-latency cases
-#   that miss the 12 µs bar (trace_*.log); about half a minute more.
+#   that miss the 12 µs bar and on the indexer's heaviest-weighted official case, B8 N100K (trace_*.log); about
+#   half a minute more.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-./gpu-out}
@@ -73,6 +74,7 @@ if [ "$TRACE" = 1 ] && command -v nvcc > /dev/null; then
   }
   trace_one trace_index 4 32000 nvfp4 4
   trace_one trace_index 4 32000 fp8 4
+  trace_one trace_index 8 100000 nvfp4 4
   trace_one trace_sparse_decode 1 32000 nvfp4 64/4
   trace_one trace_sparse_decode 4 32000 nvfp4 64/4
   trace_one trace_sparse_decode 4 32000 bf16 16/1
