@@ -131,6 +131,15 @@ std::vector<float> timed_calls(int iterations, cudaStream_t stream, Call&& call)
   return times;
 }
 
+// The rest of a harness's header line after its "... pages=P ": the requests' lengths, then the timed calls' median
+// and minimum.
+inline void print_lengths_and_times(const std::vector<int32_t>& lens, const std::vector<float>& times) {
+  std::printf("lens=");
+  for (int32_t len : lens) std::printf("%d ", len);
+  std::printf("\nop time (events, L2 evicted, no graph): median %.2f us, min %.2f us\n", times[times.size() / 2],
+              times.front());
+}
+
 // The trace buffer of the last timed call, copied to the host.
 struct Timeline {
   using Points = uint64_t[msa::cuda::TraceShape::kPoints];

@@ -87,11 +87,9 @@ int main(int argc, char** argv) {
   });
   const Timeline timeline;
 
-  std::printf("B=%d N=%d keys=%s H=%d Q=%d max_pages=%d pages=%lld lens=", batch, n, nvfp4 ? "nvfp4" : "fp8", heads, kQ,
+  std::printf("B=%d N=%d keys=%s H=%d Q=%d max_pages=%d pages=%lld ", batch, n, nvfp4 ? "nvfp4" : "fp8", heads, kQ,
               pages.max_pages, static_cast<long long>(pages.physical));
-  for (int32_t len : lens) std::printf("%d ", len);
-  std::printf("\nop time (events, L2 evicted, no graph): median %.2f us, min %.2f us\n", times[times.size() / 2],
-              times.front());
+  print_lengths_and_times(lens, times);
   static const char* const kScorePoints[] = {"entry", "after PDL wait", "run and length known", "setup done",
                                              "first slice decoded", "first page stored", "main loop done", "exit",
                                              "", "", "", ""};

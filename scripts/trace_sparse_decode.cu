@@ -117,11 +117,9 @@ int main(int argc, char** argv) {
       timed_calls(iterations, stream, [&] { return msa::attention::launch_sparse_decode(a, stream).is_ok(); });
   const Timeline timeline;
 
-  std::printf("B=%d N=%d kv=%s geometry=%d/%d Q=%d max_pages=%d pages=%lld lens=", batch, n, kv_name, q_heads,
-              kv_heads, kQ, pages.max_pages, static_cast<long long>(pages.physical));
-  for (int32_t len : lens) std::printf("%d ", len);
-  std::printf("\nop time (events, L2 evicted, no graph): median %.2f us, min %.2f us\n", times[times.size() / 2],
-              times.front());
+  std::printf("B=%d N=%d kv=%s geometry=%d/%d Q=%d max_pages=%d pages=%lld ", batch, n, kv_name, q_heads, kv_heads,
+              kQ, pages.max_pages, static_cast<long long>(pages.physical));
+  print_lengths_and_times(lens, times);
   static const char* const kPoints[] = {"entry", "after PDL wait", "slot list ready", "warp 0: first chunk in",
                                         "warp 0: chunks done", "warps merged", "splits merged (cluster)", "exit",
                                         "pushes issued (cluster)", "owner weights ready", "", ""};

@@ -515,7 +515,8 @@ def test_cuda_graph_replay_sees_in_place_updates():
 @pytest.mark.parametrize("knob, choice", [("MSA_INDEX_SCORES", "1"), ("MSA_INDEX_PAGES_PER_CTA", "64"),
                                           ("MSA_PDL", "0"), ("MSA_INDEX_FLAT_GRID", "0"), ("MSA_INDEX_FLAT_RUN", "4"),
                                           ("MSA_INDEX_SELECT_TRIGGER", "1")],
-                         ids=["mma-sync", "64-pages-per-cta", "no-pdl", "no-flat-grid", "flat-runs-4", "select-trigger"])
+                         ids=["mma-sync", "64-pages-per-cta", "no-pdl", "no-flat-grid", "flat-runs-4",
+                              "select-trigger"])
 def test_cuda_score_kernel_knob(knob, choice):
     # MSA_INDEX_SCORES=1 forces the mma.sync score kernel (the path of non-Hopper GPUs) on any GPU;
     # MSA_INDEX_PAGES_PER_CTA=64 the longest runs per CTA of the Hopper kernel (odd page counts per run, runs

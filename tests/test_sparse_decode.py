@@ -245,8 +245,8 @@ def test_views(device, kv_format):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("kernel", ["splits1", "splits2", "splits4", "splits8", "v1", "lean", "eager", "warps6", "union",
-                                    "union-splits1", "union-splits2", "union-splits8"])
+@pytest.mark.parametrize("kernel", ["splits1", "splits2", "splits4", "splits8", "v1", "lean", "eager", "warps6",
+                                    "union", "union-splits1", "union-splits2", "union-splits8"])
 @pytest.mark.parametrize("kv_format", KV_FORMATS)
 def test_split_variants(device, kernel, kv_format, monkeypatch):
     # The CUDA op splits each token's TopK row over a cluster of 1, 2, 4 or 8 CTAs (chosen from the shapes) and

@@ -7,9 +7,10 @@
 // TopK slots). Knobs for benchmarks and tests: MSA_SPARSE_DECODE_SPLITS=1|2|4|8 forces the split count (raised
 // to ceil(W / 32) when lower); MSA_SPARSE_DECODE_KERNEL=1 selects the v1 kernel (one CTA per token, no split);
 // MSA_SPARSE_DECODE_LEAN=1 the split kernel with one ring stage less and more CTAs per SM (split::Shape);
-// MSA_SPARSE_DECODE_WARPS=6 the lazy split kernel with 6 warps per CTA and 2 CTAs per SM (NVFP4 / E4M3; split::Shape;
-// an experiment not yet run on a GPU); MSA_SPARSE_DECODE_LAZY=0 the split kernel with eager O rescaling (every growth of a row's max; the default is lazy
-// rescaling, kLazySlack; the lean ring has no lazy variant, so LEAN=1 wins when both are set).
+// MSA_SPARSE_DECODE_WARPS=6 the lazy split kernel with 6 warps per CTA and 2 CTAs per SM (NVFP4 / E4M3;
+// split::Shape; an experiment not yet run on a GPU); MSA_SPARSE_DECODE_LAZY=0 the split kernel with eager O
+// rescaling (every growth of a row's max; the default is lazy rescaling, kLazySlack; the lean ring has no lazy
+// variant, so LEAN=1 wins when both are set).
 //
 // The union pass (sparse_decode_union_kernels.cuh: one cluster per request and KV head decodes each page once
 // for all the request's tokens; Hopper only) is for requests whose tokens share pages. MSA_SPARSE_DECODE_UNION=2
@@ -169,10 +170,11 @@ LaunchStatus launch_kind(const SparseDecodeArgs& a, cudaStream_t stream) {
     return launch_v1<kKv>(a, stream);
   }
   if (use_union(a)) return launch_union<kKv>(a, stream);
-  if (msa::cuda::env_choice("MSA_SPARSE_DECODE_LEAN", {0, 1}, 0) == 1) return launch_split<kKv, true, false>(a, stream);
-  if (msa::cuda::env_choice("MSA_SPARSE_DECODE_LAZY", {0, 1}, 1) == 0) return launch_split<kKv, false, false>(a, stream);
+  using msa::cuda::env_choice;
+  if (env_choice("MSA_SPARSE_DECODE_LEAN", {0, 1}, 0) == 1) return launch_split<kKv, true, false>(a, stream);
+  if (env_choice("MSA_SPARSE_DECODE_LAZY", {0, 1}, 1) == 0) return launch_split<kKv, false, false>(a, stream);
   if constexpr (kKv != KvKind::kBF16) {
-    if (msa::cuda::env_choice("MSA_SPARSE_DECODE_WARPS", {4, 6}, 4) == 6) return launch_split<kKv, false, true, 6>(a, stream);
+    if (env_choice("MSA_SPARSE_DECODE_WARPS", {4, 6}, 4) == 6) return launch_split<kKv, false, true, 6>(a, stream);
   }
   return launch_split<kKv, false, true>(a, stream);
 }

@@ -103,7 +103,10 @@ template <KvKind kKv, bool kLean, int kWarps = Cfg::kWarps>
 struct Shape {
   static_assert(kWarps == Cfg::kWarps || (kWarps == 6 && !kLean && kKv != KvKind::kBF16), "the wide variant");
   static constexpr int kStages = kKv == KvKind::kBF16 ? (kLean ? 2 : 3) : (kLean && kKv == KvKind::kNvfp4 ? 3 : 4);
-  static constexpr int kMinBlocks = kWarps == 6 ? 2 : kLean && kKv == KvKind::kNvfp4 ? 4 : (kKv == KvKind::kBF16 && !kLean ? 2 : 3);
+  static constexpr int kMinBlocks = kWarps == 6                     ? 2
+                                   : kLean && kKv == KvKind::kNvfp4 ? 4
+                                   : kKv == KvKind::kBF16 && !kLean ? 2
+                                                                    : 3;
 };
 
 template <KvKind kKv, int kStages, int kWarps = Cfg::kWarps>
@@ -117,10 +120,12 @@ struct Layout {
   static constexpr int kPagesOff = kTablesOff + kTablesBytes;  // [slot] PagePointers
   static constexpr int kStatsOff = kPagesOff + Cfg::kMaxSlots * 32;  // [warp][row] (m, l)
   static constexpr int kMergedOff = kStatsOff + kWarps * Cfg::kRows * 2 * 4;
-  // merged record of the CTA: m[16], l[16], broken (int), pad, O[16][kORow] (dims in fragment order)
+  // the CTA's m[16], l[16], broken (int; no longer read since the push merge: its store is left until a GPU run
+  // can check the SASS change of removing it), pad; then the values pushed to this CTA by the cluster merge,
+  // [sender][span] (16 x 128 floats for any split count, in a region sized 16 x kORow as measured)
   static constexpr int kMergedOOff = kMergedOff + (2 * Cfg::kRows + 4) * 4;
-  // the cluster merge (O tile reused as [sender][span] of the pushed values): each sender's (m, l) of this CTA's
-  // rows, each sender's broken flag, the merged (m, l) of those rows and the merged flag
+  // the rest of the cluster merge: each sender's (m, l) of this CTA's rows, each sender's broken flag, the merged
+  // (m, l) of those rows and the merged flag
   static constexpr int kCrossOff = kMergedOOff + Cfg::kRows * Cfg::kORow * 4;
   static constexpr int kSmemBytes = kCrossOff + (4 * Cfg::kRows + Cfg::kMaxSplits + 4) * 4;
   static_assert(Cfg::kRows * Cfg::kORow >= Cfg::kRows * Cfg::kDim, "the pushed values fit the O tile");
@@ -819,7 +824,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   cg::cluster_group cluster = cg::this_cluster();
   const int ranks = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
   const int rows_per_rank = Cfg::kRows / ranks, span = rows_per_rank * Cfg::kDim;
-  float* recv_o = merged_o;  // [sender][span]: the weighted O of this CTA's rows from each split
+  float* recv_o = merged_o;  // [sender][span]: this CTA's rows from each split
   float* recv_m = reinterpret_cast<float*>(smem + L::kCrossOff);  // [sender][own row]: m, then the split's weight
   float* recv_l = recv_m + Cfg::kRows;
   int* recv_broken = reinterpret_cast<int*>(recv_l + Cfg::kRows);  // [sender]

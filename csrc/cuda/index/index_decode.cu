@@ -75,7 +75,9 @@ int forced_pages_per_cta() {
 // the flat grid). Measured on the H200 (2026-12-03, bench_index_decode.py, us, rule -> 4 pages): NVFP4 B128 N4000
 // 32.5 -> 28.7, N5000 36.8 -> 33.4, N10000 64.2 -> 57.0; FP8 31.1 -> 29.3, 36.1 -> 34.5, 60.8 -> 57.3. Not at
 // B64 (FP8 B64 N4000 16.4 -> 18.6) nor at N >= 50000 (B128 N50000 NVFP4 217 -> 245); H = 1 not measured.
-bool many_short_requests(const ScoreArgs& a) { return a.batch >= 128 && a.max_pages <= 128 && a.q_len * a.heads == 32; }
+bool many_short_requests(const ScoreArgs& a) {
+  return a.batch >= 128 && a.max_pages <= 128 && a.q_len * a.heads == 32;
+}
 
 int wgmma_pages_per_cta(const ScoreArgs& a, int slots) {
   if (forced_pages_per_cta() > 0) return forced_pages_per_cta();
@@ -88,9 +90,9 @@ int wgmma_pages_per_cta(const ScoreArgs& a, int slots) {
 
 // CTAs of the wgmma kernel's flat grid (flat_run: runs sized from the true lengths on the device), or 0 for the
 // 2-D grid. Flat for 2..128 requests when only the needed pages are written (the 2-D grid also covers the -inf
-// pages of scores_out) and no run length is forced: whole waves of `slots` CTAs, enough that runs of
-// kMaxPagesPerUnit pages cover B x max_pages (sum_b ceil(needed_b / run) <= CTAs - B for any lengths). The
-// CTAs past the last run exit at once, inside the last wave.
+// pages of scores_out) and no run length is forced: whole waves of `slots` CTAs, enough that runs of `run_target`
+// pages cover B x max_pages (sum_b ceil(needed_b / run) <= CTAs - B for any lengths). The CTAs past the last run
+// exit at once, inside the last wave.
 int flat_grid_ctas(const ScoreArgs& a, int slots, int run_target) {
   static const bool off = msa::cuda::env_choice("MSA_INDEX_FLAT_GRID", {0, 1}, 1) == 0;
   if (off || forced_pages_per_cta() > 0 || a.write_all_pages || a.batch < 2 || a.batch > WgmmaConfig::kThreads) return 0;
@@ -115,9 +117,9 @@ LaunchStatus launch_wgmma_rows(ScoreArgs a, cudaStream_t stream) {
   // long runs of requests of different lengths set the time (H200, 2026-12-03, NVFP4 H = 4, us, 2-D -> flat:
   // B8 N100K 41.1 -> 37.8, B8 N200K 68.4 -> 64.0, B32 N50K 68.0 -> 64.6, B32 N100K 124.4 -> 117.7) and loses
   // on short ones (B8 N10000, 2-page runs: 11.5 -> 12.8; B4 N32000, 3 pages: 14.1 -> 14.3).
-  a.flat_ctas = flat_run_target() > 0        ? flat_grid_ctas(a, slots, flat_run_target())
-                : a.pages_per_unit >= 8      ? flat_grid_ctas(a, slots, WgmmaConfig::kMaxPagesPerUnit)
-                                             : 0;
+  a.flat_ctas = flat_run_target() > 0   ? flat_grid_ctas(a, slots, flat_run_target())
+                : a.pages_per_unit >= 8 ? flat_grid_ctas(a, slots, WgmmaConfig::kMaxPagesPerUnit)
+                                        : 0;
   if (a.flat_ctas > 0) return msa::cuda::launch_kernel(kernel, dim3(a.flat_ctas), WgmmaConfig::kThreads, 0, stream, a);
   return msa::cuda::launch_kernel(kernel, dim3((a.max_pages + a.pages_per_unit - 1) / a.pages_per_unit, a.batch),
                                   WgmmaConfig::kThreads, 0, stream, a);
