@@ -101,6 +101,16 @@ int flat_grid_ctas(const ScoreArgs& a, int slots, int run_target) {
   return static_cast<int>(std::min<int64_t>(waves * slots, 1 << 30));
 }
 
+// The flat grid's runs (flat_run): by default each request's pages are dealt over nearly all the CTAs in runs of
+// floor / ceil(needed / its CTAs) pages. Measured on the H200 (2026-12-03, scripts/trace_index.cu, B8 N100K NVFP4
+// H = 4) with the earlier even runs of ceil(P / CTAs) pages (knob MSA_INDEX_FLAT_BALANCE=0): 488 of 528 CTAs
+// worked, 13 pages each; the main loop ended at 24.3 us (p50) but 32.8 us (max): the SMs holding 4 working CTAs
+// (52 pages) set the time, those with 3 finished at ~24.
+bool flat_even_runs() {
+  static const bool even = msa::cuda::env_choice("MSA_INDEX_FLAT_BALANCE", {0, 1}, 1) == 0;
+  return even;
+}
+
 template <KeyKind kKeys, int kN>
 LaunchStatus launch_wgmma_rows(ScoreArgs a, cudaStream_t stream) {
   const bool dense = a.key_stride_token == WgmmaConfig::row_bytes(kKeys) &&
@@ -120,6 +130,7 @@ LaunchStatus launch_wgmma_rows(ScoreArgs a, cudaStream_t stream) {
   a.flat_ctas = flat_run_target() > 0   ? flat_grid_ctas(a, slots, flat_run_target())
                 : a.pages_per_unit >= 8 ? flat_grid_ctas(a, slots, WgmmaConfig::kMaxPagesPerUnit)
                                         : 0;
+  a.flat_even = flat_even_runs();
   if (a.flat_ctas > 0) return msa::cuda::launch_kernel(kernel, dim3(a.flat_ctas), WgmmaConfig::kThreads, 0, stream, a);
   return msa::cuda::launch_kernel(kernel, dim3((a.max_pages + a.pages_per_unit - 1) / a.pages_per_unit, a.batch),
                                   WgmmaConfig::kThreads, 0, stream, a);

@@ -31,6 +31,7 @@ struct ScoreArgs {
   // Set by launch_scores (wgmma kernel): 0, or the CTAs of a 1-D grid over all requests' pages whose runs are
   // sized from the true lengths on the device (flat_run in index_wgmma_kernels.cuh).
   int flat_ctas;
+  bool flat_even;  // flat grid: runs of ceil(P / CTAs) pages, the last CTAs idle (knob MSA_INDEX_FLAT_BALANCE=0)
 };
 
 struct SelectArgs {

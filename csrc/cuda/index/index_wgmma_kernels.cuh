@@ -49,11 +49,14 @@ __device__ __forceinline__ const uint8_t* mad_wide(uint32_t x, uint32_t y, const
 }
 
 // The run of CTA blockIdx.x in a flat grid of a.flat_ctas CTAs over every request's needed pages (B <= 128):
-// each thread t < B reads seq_lens[t]; with P = sum of the needed pages, runs are ceil(P / (flat_ctas - B))
-// pages (1..kMaxPagesPerUnit), request t gets ceil(needed_t / run) CTAs in order. So every CTA's run has about
-// the same length whatever the spread of the lengths (the 2-D grid sizes runs from max_pages, and the CTAs of
-// the longest request set the time), and sum_t ceil(needed_t / run) <= flat_ctas. Returns false for a CTA past
-// the last run. Block-wide (barriers): every thread calls it.
+// each thread t < B reads seq_lens[t]. With P = sum of the needed pages and S = flat_ctas - B, request t gets
+// c_t = min(needed_t, floor(needed_t S / P) + 1) CTAs in order (sum_t c_t <= S + B), and its pages are dealt over
+// them in runs of floor or ceil(needed_t / c_t) < P / S + 1 pages (<= kMaxPagesPerUnit: launch_wgmma_rows sizes
+// S). So nearly every CTA works, on nearly the same number of pages whatever the spread of the lengths (the 2-D
+// grid sizes runs from max_pages, and the CTAs of the longest request set the time). With a.flat_even (knob) runs
+// are ceil(P / S) pages, c_t = ceil(needed_t / run): up to ~B + S / run CTAs idle, and the SMs that hold them
+// finish early while the others set the time. Returns false for a CTA past the last run. Block-wide (barriers):
+// every thread calls it.
 struct FlatRun {
   int b, p_begin, pages;
   int32_t seq_len;
@@ -72,14 +75,21 @@ __device__ __forceinline__ bool flat_run(const ScoreArgs& a, FlatRun& run) {
   int total_pages = 0;
   msa::cuda::block_exclusive_scan<kWarps>(needed, warp_sums, total_pages);
   const int slots = max(a.flat_ctas - a.batch, 1);
-  const int pages = min(max((total_pages + slots - 1) / slots, 1), WgmmaConfig::kMaxPagesPerUnit);
-  const int ctas = (needed + pages - 1) / pages;
+  const int even = min(max((total_pages + slots - 1) / slots, 1), WgmmaConfig::kMaxPagesPerUnit);
+  const int ctas = a.flat_even ? (needed + even - 1) / even
+                               : min(needed, static_cast<int>(int64_t(needed) * slots / max(total_pages, 1)) + 1);
   int total_ctas = 0;
   const int first = msa::cuda::block_exclusive_scan<kWarps>(ctas, warp_sums, total_ctas);
   const int cta = blockIdx.x;
   if (t == 0 && cta >= total_ctas) found.b = -1;
   if (t < a.batch && cta >= first && cta < first + ctas) {
-    found = FlatRun{t, (cta - first) * pages, pages, len};
+    const int k = cta - first;
+    if (a.flat_even) {
+      found = FlatRun{t, k * even, even, len};
+    } else {  // run k: pages [k needed / c, (k + 1) needed / c)
+      const int begin = k * needed / ctas, end = (k + 1) * needed / ctas;
+      found = FlatRun{t, begin, end - begin, len};
+    }
   }
   __syncthreads();
   run = found;
