@@ -245,14 +245,14 @@ def test_views(device, kv_format):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("kernel", ["splits1", "splits2", "splits4", "splits8", "v1", "lean", "eager", "warps6",
-                                    "union", "union-splits1", "union-splits2", "union-splits8"])
+@pytest.mark.parametrize("kernel", ["splits1", "splits2", "splits4", "splits8", "v1", "lean", "eager", "warps4",
+                                    "warps6", "union", "union-splits1", "union-splits2", "union-splits8"])
 @pytest.mark.parametrize("kv_format", KV_FORMATS)
 def test_split_variants(device, kernel, kv_format, monkeypatch):
     # The CUDA op splits each token's TopK row over a cluster of 1, 2, 4 or 8 CTAs (chosen from the shapes) and
     # merges the parts by their LSE; MSA_SPARSE_DECODE_SPLITS forces a split count, MSA_SPARSE_DECODE_KERNEL=1
     # the unsplit v1 kernel, MSA_SPARSE_DECODE_LEAN=1 the leaner ring, MSA_SPARSE_DECODE_LAZY=0 eager O rescaling and
-    # MSA_SPARSE_DECODE_WARPS=6 six warps per CTA (all read at every call).
+    # MSA_SPARSE_DECODE_WARPS=4|6 four or six warps per CTA (default: by the shapes; all read at every call).
     # MSA_SPARSE_DECODE_UNION=1 forces the union pass (one decode of each page for all tokens of a request, its
     # pages split over the cluster), =0 keeps it off. The CPU op ignores them: its run is the same case's twin.
     union, _, splits = kernel.partition("-") if kernel.startswith("union") else ("", "", kernel)
@@ -263,8 +263,8 @@ def test_split_variants(device, kernel, kv_format, monkeypatch):
         monkeypatch.setenv("MSA_SPARSE_DECODE_LEAN", "1")
     elif kernel == "eager":  # O rescaled at every growth of a row's max (default: lazy, within 8 in log2 units)
         monkeypatch.setenv("MSA_SPARSE_DECODE_LAZY", "0")
-    elif kernel == "warps6":  # 6 warps per CTA, 2 CTAs per SM (NVFP4 / E4M3; BF16 ignores it)
-        monkeypatch.setenv("MSA_SPARSE_DECODE_WARPS", "6")
+    elif kernel.startswith("warps"):  # 4 warps per CTA (3 CTAs per SM) or 6 (2 per SM); NVFP4 / E4M3 (BF16: 4)
+        monkeypatch.setenv("MSA_SPARSE_DECODE_WARPS", kernel.removeprefix("warps"))
     elif splits:
         monkeypatch.setenv("MSA_SPARSE_DECODE_SPLITS", splits.removeprefix("splits"))
     # GQA 16 with one 16-row block, GQA 32 (two blocks), GQA 8 (half a block); a row of 64 pages (at least two

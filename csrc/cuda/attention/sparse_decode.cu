@@ -7,8 +7,8 @@
 // TopK slots). Knobs for benchmarks and tests: MSA_SPARSE_DECODE_SPLITS=1|2|4|8 forces the split count (raised
 // to ceil(W / 32) when lower); MSA_SPARSE_DECODE_KERNEL=1 selects the v1 kernel (one CTA per token, no split);
 // MSA_SPARSE_DECODE_LEAN=1 the split kernel with one ring stage less and more CTAs per SM (split::Shape);
-// MSA_SPARSE_DECODE_WARPS=6 the lazy split kernel with 6 warps per CTA and 2 CTAs per SM (NVFP4 / E4M3;
-// split::Shape; an experiment not yet run on a GPU); MSA_SPARSE_DECODE_LAZY=0 the split kernel with eager O
+// MSA_SPARSE_DECODE_WARPS=4|6 forces the lazy split kernel's warps per CTA (NVFP4 / E4M3; default: the rule in
+// launch_lazy_split); MSA_SPARSE_DECODE_LAZY=0 the split kernel with eager O
 // rescaling (every growth of a row's max; the default is lazy rescaling, kLazySlack; the lean ring has no lazy
 // variant, so LEAN=1 wins when both are set).
 //
@@ -78,27 +78,61 @@ LaunchStatus choose_splits(const SparseDecodeArgs& a, int units, int wave, const
   return LaunchStatus::ok();
 }
 
+// One split-kernel variant, planned from host-known shapes: its CTAs resident at once (`wave`), the call's
+// (token, KV head, 16-head block) units and the split count.
+template <KvKind kKv, bool kLean, bool kLazy, int kWarps = split::Cfg::kWarps>
+struct SplitPlan {
+  using S = split::Shape<kKv, kLean, kWarps>;
+  static constexpr auto kernel = split::sparse_decode_split_kernel<kKv, S::kStages, S::kMinBlocks, kLazy, kWarps>;
+  static constexpr int kSmem = split::Layout<kKv, S::kStages, kWarps>::kSmemBytes;
+  static constexpr int kThreads = 32 * kWarps;
+  int wave = 0, units = 0, splits = 1;
+
+  LaunchStatus plan(const SparseDecodeArgs& a) {
+    const void* k = reinterpret_cast<const void*>(kernel);
+    const LaunchStatus ready = msa::cuda::prepare_kernel(k, kSmem);
+    if (!ready.is_ok()) return ready;
+    const LaunchStatus sized = msa::cuda::resident_blocks(k, kThreads, kSmem, wave);
+    if (!sized.is_ok()) return sized;
+    const int group = a.q_heads / a.kv_heads;
+    units = a.tokens * a.kv_heads * ((group + split::Cfg::kRows - 1) / split::Cfg::kRows);
+    return choose_splits(a, units, wave, k, kThreads, kSmem, splits);
+  }
+  LaunchStatus launch(const SparseDecodeArgs& a, cudaStream_t stream) const {
+    const int blocks = units / (a.tokens * a.kv_heads);
+    return launch_clusters(kernel, dim3(static_cast<unsigned>(a.tokens) * splits, a.kv_heads, blocks), kThreads,
+                           kSmem, splits, a, stream);
+  }
+};
+
 template <KvKind kKv, bool kLean, bool kLazy, int kWarps = split::Cfg::kWarps>
 LaunchStatus launch_split(const SparseDecodeArgs& a, cudaStream_t stream) {
-  using S = split::Shape<kKv, kLean, kWarps>;
-  auto kernel = split::sparse_decode_split_kernel<kKv, S::kStages, S::kMinBlocks, kLazy, kWarps>;
-  constexpr int kSmem = split::Layout<kKv, S::kStages, kWarps>::kSmemBytes;
-  constexpr int kThreads = 32 * kWarps;
-  const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel), kSmem);
-  if (!ready.is_ok()) return ready;
-  int wave = 0;
-  const LaunchStatus sized = msa::cuda::resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, kSmem,
-                                                        wave);
-  if (!sized.is_ok()) return sized;
-  const int group = a.q_heads / a.kv_heads;
-  const int blocks = (group + split::Cfg::kRows - 1) / split::Cfg::kRows;
-  const int units = a.tokens * a.kv_heads * blocks;
-  int splits = 1;
-  const LaunchStatus chosen = choose_splits(a, units, wave, reinterpret_cast<const void*>(kernel), kThreads, kSmem,
-                                               splits);
-  if (!chosen.is_ok()) return chosen;
-  return launch_clusters(kernel, dim3(static_cast<unsigned>(a.tokens) * splits, a.kv_heads, blocks),
-                         kThreads, kSmem, splits, a, stream);
+  SplitPlan<kKv, kLean, kLazy, kWarps> p;
+  const LaunchStatus planned = p.plan(a);
+  return planned.is_ok() ? p.launch(a, stream) : planned;
+}
+
+// The lazy split kernel for NVFP4 / E4M3 KV, 4 or 6 warps per CTA. MSA_SPARSE_DECODE_WARPS=4|6 forces one;
+// the default takes 6 warps (2 CTAs per SM, 12 warps per SM) when the 6-warp kernel's CTAs all fit in one wave
+// and each walks >= 8 TopK slots, else 4 warps (3 CTAs per SM). Measured on the H200 (2026-12-03, Q = 8, µs,
+// 4 -> 6 warps). One wave, >= 8 slots per CTA: 64/4 B8 N4000-200K NVFP4 42.0-42.5 -> 40.3-40.9, FP8 33.4-41.4 ->
+// 31.3-40.5; 64/4 B2 N32K NVFP4 20.7 -> 19.3 (2 splits of 8 slots instead of 4 of 4: not all of the 6-warp
+// kernel's 4-CTA clusters fit at once); 16/1 B8 N100K 20.8 -> 19.4, FP8 19.3 -> 17.4; 16/1 B32 N100K NVFP4 42.4 -> 40.7; 64/4 B4 N32K
+// even. More than one wave: 64/4 B32 N100K 134.5 -> 141.9, B128 N200K 496.8 -> 529.3. 4 slots per CTA (4 splits
+// instead of 8): 64/4 B1 N32K 14.2 -> 15.9, 16/1 B4 N32K 14.1 -> 15.8.
+template <KvKind kKv>
+LaunchStatus launch_lazy_split(const SparseDecodeArgs& a, cudaStream_t stream) {
+  const int warps = msa::cuda::env_choice("MSA_SPARSE_DECODE_WARPS", {0, 4, 6}, 0);
+  if (warps != 4) {
+    SplitPlan<kKv, false, true, 6> six;
+    const LaunchStatus planned = six.plan(a);
+    if (!planned.is_ok()) return planned;
+    const bool one_wave = int64_t(six.units) * six.splits <= six.wave;
+    if (warps == 6 || (one_wave && a.topk_width >= 8 * six.splits)) {
+      return six.launch(a, stream);
+    }
+  }
+  return launch_split<kKv, false, true>(a, stream);
 }
 
 // The automatic rule (MSA_SPARSE_DECODE_UNION=2, the default): where the union pass measured faster than the
@@ -174,9 +208,10 @@ LaunchStatus launch_kind(const SparseDecodeArgs& a, cudaStream_t stream) {
   if (env_choice("MSA_SPARSE_DECODE_LEAN", {0, 1}, 0) == 1) return launch_split<kKv, true, false>(a, stream);
   if (env_choice("MSA_SPARSE_DECODE_LAZY", {0, 1}, 1) == 0) return launch_split<kKv, false, false>(a, stream);
   if constexpr (kKv != KvKind::kBF16) {
-    if (env_choice("MSA_SPARSE_DECODE_WARPS", {4, 6}, 4) == 6) return launch_split<kKv, false, true, 6>(a, stream);
+    return launch_lazy_split<kKv>(a, stream);
+  } else {
+    return launch_split<kKv, false, true>(a, stream);
   }
-  return launch_split<kKv, false, true>(a, stream);
 }
 
 }  // namespace
