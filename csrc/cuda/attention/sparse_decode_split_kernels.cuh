@@ -95,7 +95,7 @@ struct Fmt<KvKind::kBF16> {
 // so its registers are budgeted for 2 (at 3 ptxas spilled a value inside the main loop). Lean (knob
 // MSA_SPARSE_DECODE_LEAN=1, an experiment): one stage less so that more CTAs fit (NVFP4: 4 CTAs per SM at <= 128
 // registers; BF16: 3 instead of 2; E4M3 unchanged).
-// Wide (knob MSA_SPARSE_DECODE_WARPS=6, an experiment not yet run on a GPU; NVFP4 and E4M3): 6 warps per CTA and
+// Wide (NVFP4 and E4M3; chosen by launch_lazy_split, knob MSA_SPARSE_DECODE_WARPS): 6 warps per CTA and
 // 2 CTAs per SM (the same 12 warps per SM and register budget as 3 CTAs of 4), so that a grid of fewer CTAs than
 // three per SM (B8 at 64/4: 256 CTAs of one split, 2 per SM) still runs 12 warps per SM, each with a third fewer
 // chunks.

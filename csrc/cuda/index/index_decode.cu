@@ -177,10 +177,10 @@ LaunchStatus launch_scores(const ScoreArgs& args, cudaStream_t stream) {
   }
 }
 
-// Experiment knob MSA_INDEX_SELECT_TRIGGER=1 (default 0, not yet run on a GPU): the warp select kernel lets its
-// dependent launch at its start when its grid fits one wave (so no CTA of it waits for a slot the dependent took).
-// Measured so far: the decode step (index_decode -> sparse_decode) is 0.1-1 us slower than the two ops alone
-// (bench/bench_decode_step.py, 2026-12-03), and the select kernel starts ~1.3 us after the score kernel's last CTA.
+// Experiment knob MSA_INDEX_SELECT_TRIGGER=1 (default 0): the warp select kernel lets its dependent launch at its
+// start when its grid fits one wave (so no CTA of it waits for a slot the dependent took). Measured on the H200
+// (2026-12-03, bench_decode_step.py --low-latency, NVFP4 64/4, us, 0 -> 1): B4 N32K 38.5 -> 45.0, B4 N4000 32.2 ->
+// 38.6, B1-B2 0.1-0.6 faster; the index op alone B4 N32K 11.92 -> 13.18. So off.
 bool select_trigger_early() {
   static const bool on = msa::cuda::env_choice("MSA_INDEX_SELECT_TRIGGER", {0, 1}, 0) == 1;
   return on;
