@@ -7,6 +7,8 @@
 #   TRACE=1: also build the latency-trace harnesses (scripts/trace_*.cu) and run them on the low-latency cases
 #   that miss the 12 µs bar and on the indexer's heaviest-weighted official case, B8 N100K (trace_*.log); about
 #   half a minute more.
+#   BUNDLE=1: leave only gpu-check.tgz (every log and JSON) and summary.txt under $OUT, for callers that fetch a
+#   few files (the device tool brings back at most 8).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-./gpu-out}
@@ -86,4 +88,8 @@ for log in tests demo bench_nvfp4 bench_index bench_sparse; do
   [ -f "$OUT/$log.log" ] && { echo "==== $log (tail) ===="; tail -n 25 "$OUT/$log.log"; }
 done
 echo "==== summary ===="
-printf '%s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
+if [ "${BUNDLE:-0}" = 1 ]; then
+  (cd "$OUT" && find . -maxdepth 1 -type f ! -name summary.txt ! -name gpu-check.tgz -printf '%P\n' \
+     | tar czf gpu-check.tgz -T - && find . -maxdepth 1 -type f ! -name summary.txt ! -name gpu-check.tgz -delete)
+fi
