@@ -8,9 +8,9 @@
 // to ceil(W / 32) when lower); MSA_SPARSE_DECODE_KERNEL=1 selects the v1 kernel (one CTA per token, no split);
 // MSA_SPARSE_DECODE_LEAN=1 the split kernel with one ring stage less and more CTAs per SM (split::Shape);
 // MSA_SPARSE_DECODE_WARPS=4|6 forces the lazy split kernel's warps per CTA (NVFP4 / E4M3; default: the rule in
-// launch_lazy_split); MSA_SPARSE_DECODE_LAZY=0 the split kernel with eager O
-// rescaling (every growth of a row's max; the default is lazy rescaling, kLazySlack; the lean ring has no lazy
-// variant, so LEAN=1 wins when both are set).
+// launch_lazy_split); MSA_SPARSE_DECODE_LAZY=0 the split kernel with eager O rescaling (every growth of a row's
+// max; the default is lazy rescaling, kLazySlack; the lean ring has no lazy variant, so LEAN=1 wins when both are
+// set).
 //
 // The union pass (sparse_decode_union_kernels.cuh: one cluster per request and KV head decodes each page once
 // for all the request's tokens; Hopper only) is for requests whose tokens share pages. MSA_SPARSE_DECODE_UNION=2
@@ -117,9 +117,9 @@ LaunchStatus launch_split(const SparseDecodeArgs& a, cudaStream_t stream) {
 // and each walks >= 8 TopK slots, else 4 warps (3 CTAs per SM). Measured on the H200 (2026-12-03, Q = 8, µs,
 // 4 -> 6 warps). One wave, >= 8 slots per CTA: 64/4 B8 N4000-200K NVFP4 42.0-42.5 -> 40.3-40.9, FP8 33.4-41.4 ->
 // 31.3-40.5; 64/4 B2 N32K NVFP4 20.7 -> 19.3 (2 splits of 8 slots instead of 4 of 4: not all of the 6-warp
-// kernel's 4-CTA clusters fit at once); 16/1 B8 N100K 20.8 -> 19.4, FP8 19.3 -> 17.4; 16/1 B32 N100K NVFP4 42.4 -> 40.7; 64/4 B4 N32K
-// even. More than one wave: 64/4 B32 N100K 134.5 -> 141.9, B128 N200K 496.8 -> 529.3. 4 slots per CTA (4 splits
-// instead of 8): 64/4 B1 N32K 14.2 -> 15.9, 16/1 B4 N32K 14.1 -> 15.8.
+// kernel's 4-CTA clusters fit at once); 16/1 B8 N100K 20.8 -> 19.4, FP8 19.3 -> 17.4; 16/1 B32 N100K NVFP4 42.4 ->
+// 40.7; 64/4 B4 N32K even. More than one wave: 64/4 B32 N100K 134.5 -> 141.9, B128 N200K 496.8 -> 529.3. 4 slots
+// per CTA (4 splits instead of 8): 64/4 B1 N32K 14.2 -> 15.9, 16/1 B4 N32K 14.1 -> 15.8.
 template <KvKind kKv>
 LaunchStatus launch_lazy_split(const SparseDecodeArgs& a, cudaStream_t stream) {
   const int warps = msa::cuda::env_choice("MSA_SPARSE_DECODE_WARPS", {0, 4, 6}, 0);
