@@ -288,7 +288,8 @@ def test_late_score_spike(device, lazy, kv_format, monkeypatch):
     # One key of each request's local page (the last slot of every TopK row, so among the last chunks a warp walks)
     # scaled by 16: its scores jump far past the running max built over the history pages (by more than lazy
     # rescaling's slack of 8 in log2 units), so O must be rescaled late in the walk. With MSA_SPARSE_DECODE_LAZY=1
-    # (lazy rescaling, the default) and =0 the split kernel must match the reference; the CPU op ignores the knob (the twin).
+    # (lazy rescaling, the default) and =0 the split kernel must match the reference; the CPU op ignores the knob
+    # (the twin).
     monkeypatch.setenv("MSA_SPARSE_DECODE_UNION", "0")
     monkeypatch.setenv("MSA_SPARSE_DECODE_LAZY", lazy)
     q_len = 4

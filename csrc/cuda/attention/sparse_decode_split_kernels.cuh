@@ -120,9 +120,10 @@ struct Layout {
   static constexpr int kPagesOff = kTablesOff + kTablesBytes;  // [slot] PagePointers
   static constexpr int kStatsOff = kPagesOff + Cfg::kMaxSlots * 32;  // [warp][row] (m, l)
   static constexpr int kMergedOff = kStatsOff + kWarps * Cfg::kRows * 2 * 4;
-  // the CTA's m[16], l[16], broken (int; no longer read since the push merge: its store is left until a GPU run
-  // can check the SASS change of removing it), pad; then the values pushed to this CTA by the cluster merge,
-  // [sender][span] (16 x 128 floats for any split count, in a region sized 16 x kORow as measured)
+  // the CTA's m[16], l[16], broken (int; no longer read since the push merge), pad; then the values pushed to this
+  // CTA by the cluster merge, [sender][span] (16 x 128 floats for any split count, in a region sized 16 x kORow).
+  // Removing the dead store and shrinking the region made ptxas take 2 more registers and the NVFP4 4-warp kernels
+  // ~2 % slower (H200, 2026-12-03, bench/NOTES.md sparse v2.7), so both stay.
   static constexpr int kMergedOOff = kMergedOff + (2 * Cfg::kRows + 4) * 4;
   // the rest of the cluster merge: each sender's (m, l) of this CTA's rows, each sender's broken flag, the merged
   // (m, l) of those rows and the merged flag
@@ -786,7 +787,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     }
     merged_m[r] = m, merged_l[r] = total;
   }
-  if (threadIdx.x == 0) *merged_broken = broken;
+  if (threadIdx.x == 0) *merged_broken = broken;  // dead since the push merge; kept on purpose (Layout)
   __syncthreads();
   MSA_TRACE(2, 5);  // the CTA's warps merged
   // The warps' O tiles, weighted: value (r, p) of the CTA's partial output.
