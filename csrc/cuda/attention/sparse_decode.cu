@@ -115,11 +115,11 @@ LaunchStatus launch_split(const SparseDecodeArgs& a, cudaStream_t stream) {
 // The lazy split kernel for NVFP4 / E4M3 KV, 4 or 6 warps per CTA. MSA_SPARSE_DECODE_WARPS=4|6 forces one;
 // the default takes 6 warps (2 CTAs per SM, 12 warps per SM) when the 6-warp kernel's CTAs all fit in one wave
 // and each walks >= 8 TopK slots, else 4 warps (3 CTAs per SM). Measured on the H200 (2026-12-03, Q = 8, µs,
-// 4 -> 6 warps). One wave, >= 8 slots per CTA: 64/4 B8 N4000-200K NVFP4 42.0-42.5 -> 40.3-40.9, FP8 33.4-41.4 ->
-// 31.3-40.5; 64/4 B2 N32K NVFP4 20.7 -> 19.3 (2 splits of 8 slots instead of 4 of 4: not all of the 6-warp
-// kernel's 4-CTA clusters fit at once); 16/1 B8 N100K 20.8 -> 19.4, FP8 19.3 -> 17.4; 16/1 B32 N100K NVFP4 42.4 ->
-// 40.7; 64/4 B4 N32K even. More than one wave: 64/4 B32 N100K 134.5 -> 141.9, B128 N200K 496.8 -> 529.3. 4 slots
-// per CTA (4 splits instead of 8): 64/4 B1 N32K 14.2 -> 15.9, 16/1 B4 N32K 14.1 -> 15.8.
+// 4 -> 6 warps, one build). One wave, >= 8 slots per CTA: 64/4 B8 N10000 NVFP4 41.2 -> 39.9, N100K 41.4 -> 40.0,
+// FP8 36.1 -> 35.2, 40.8 -> 40.4; 16/1 B8 N100K NVFP4 20.5 -> 19.4, FP8 19.1 -> 17.3; 16/1 B32 N100K NVFP4 41.3 ->
+// 40.0; 64/4 B2 N32K FP8 18.7 -> 17.0 (2 splits of 8 slots instead of 4 of 4: not all of the 6-warp kernel's 4-CTA
+// clusters fit at once); 64/4 B4 N32K even. More than one wave: 64/4 B32 N100K 134.5 -> 141.9, B128 N200K 496.8 ->
+// 529.3. 4 slots per CTA (4 splits instead of 8): 64/4 B1 N32K 13.9 -> 15.8, 16/1 B4 N32K 13.9 -> 15.6.
 template <KvKind kKv>
 LaunchStatus launch_lazy_split(const SparseDecodeArgs& a, cudaStream_t stream) {
   const int warps = msa::cuda::env_choice("MSA_SPARSE_DECODE_WARPS", {0, 4, 6}, 0);
