@@ -514,9 +514,10 @@ def test_cuda_graph_replay_sees_in_place_updates():
 @requires_cuda
 @pytest.mark.parametrize("knob, choice", [("MSA_INDEX_SCORES", "1"), ("MSA_INDEX_PAGES_PER_CTA", "64"),
                                           ("MSA_PDL", "0"), ("MSA_INDEX_FLAT_GRID", "0"), ("MSA_INDEX_FLAT_RUN", "4"),
-                                          ("MSA_INDEX_FLAT_BALANCE", "0"), ("MSA_INDEX_SELECT_TRIGGER", "1")],
+                                          ("MSA_INDEX_FLAT_BALANCE", "0"), ("MSA_INDEX_SELECT_TRIGGER", "1"),
+                                          ("MSA_INDEX_SCORE_TRIGGER", "0")],
                          ids=["mma-sync", "64-pages-per-cta", "no-pdl", "no-flat-grid", "flat-runs-4",
-                              "flat-even-runs", "select-trigger"])
+                              "flat-even-runs", "select-trigger", "score-trigger-end"])
 def test_cuda_score_kernel_knob(knob, choice):
     # MSA_INDEX_SCORES=1 forces the mma.sync score kernel (the path of non-Hopper GPUs) on any GPU;
     # MSA_INDEX_PAGES_PER_CTA=64 the longest runs per CTA of the Hopper kernel (odd page counts per run, runs
@@ -524,7 +525,8 @@ def test_cuda_score_kernel_knob(knob, choice):
     # the 2-D grid without scores_out too; MSA_INDEX_FLAT_RUN=4 the flat grid wherever it serves, in runs of <= 4
     # pages; MSA_INDEX_FLAT_BALANCE=0 the flat grid's earlier even runs (ceil(P / CTAs) pages, the last CTAs idle);
     # MSA_INDEX_SELECT_TRIGGER=1 the select kernel letting the next kernel launch at its start (the graph
-    # replay case chains calls). Knobs are read once per process, so the CUDA score cases rerun in a subprocess.
+    # replay case chains calls); MSA_INDEX_SCORE_TRIGGER=0 the score CTAs letting the select kernel launch only after
+    # their runs (the default: one page before their end). Knobs are read once per process, so the CUDA score cases rerun in a subprocess.
     selection = ("cuda and (lengths or query_lengths or page_layouts or padding or nan_keys or strided or uneven or "
                  "graph_replay)")
     result = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:logging", "-k", selection],

@@ -111,6 +111,19 @@ bool flat_even_runs() {
   return even;
 }
 
+// Each wgmma score CTA lets the select kernel launch 2 slices (one page) before the end of its run instead of after
+// it (knob MSA_INDEX_SCORE_TRIGGER: 0 = after the run, or 1, 2, 4, 8 slices before its end): the select kernel's
+// CTAs are then launched and resident, blocked in their grid_dependency_wait, when the last score CTA ends. Only
+// once every score CTA has reached that point (so all have started) does the select grid launch: it never takes
+// the SM slot of a later wave. Measured on the H200 (2026-12-03, bench_index_decode.py --heads 4, two runs each,
+// us, 0 -> 1 / 2 / 4 slices): B4 N32K NVFP4 12.03-12.11 -> 11.80-11.86 / 11.89-11.90 / 11.72-11.80, FP8
+// 12.06-12.08 -> 11.72-11.80 / 11.75 / 11.66-11.69; B2 N32K NVFP4 9.00-9.05 -> 8.74 / 8.83-8.85 / 8.88-8.91; B8
+// N10000 9.77 -> 9.54-9.55 / 9.57 / 9.76-9.79; B8 N100K 35.07-35.40 -> 34.73-35.02 / 34.83-34.87 / 34.96-34.97.
+int score_trigger_slices() {
+  static const int slices = msa::cuda::env_choice("MSA_INDEX_SCORE_TRIGGER", {0, 1, 2, 4, 8}, 2);
+  return slices;
+}
+
 template <KeyKind kKeys, int kN>
 LaunchStatus launch_wgmma_rows(ScoreArgs a, cudaStream_t stream) {
   const bool dense = a.key_stride_token == WgmmaConfig::row_bytes(kKeys) &&
@@ -131,6 +144,7 @@ LaunchStatus launch_wgmma_rows(ScoreArgs a, cudaStream_t stream) {
                 : a.pages_per_unit >= 8 ? flat_grid_ctas(a, slots, WgmmaConfig::kMaxPagesPerUnit)
                                         : 0;
   a.flat_even = flat_even_runs();
+  a.trigger_slices = score_trigger_slices();
   if (a.flat_ctas > 0) return msa::cuda::launch_kernel(kernel, dim3(a.flat_ctas), WgmmaConfig::kThreads, 0, stream, a);
   return msa::cuda::launch_kernel(kernel, dim3((a.max_pages + a.pages_per_unit - 1) / a.pages_per_unit, a.batch),
                                   WgmmaConfig::kThreads, 0, stream, a);

@@ -32,6 +32,9 @@ struct ScoreArgs {
   // sized from the true lengths on the device (flat_run in index_wgmma_kernels.cuh).
   int flat_ctas;
   bool flat_even;  // flat grid: runs of ceil(P / CTAs) pages, the last CTAs idle (knob MSA_INDEX_FLAT_BALANCE=0)
+  // Set by launch_scores (wgmma kernel): the 64-key slices before the end of its run at which a CTA lets the select
+  // kernel launch (default 2; knob MSA_INDEX_SCORE_TRIGGER); 0: after its main loop.
+  int trigger_slices;
 };
 
 struct SelectArgs {

@@ -279,6 +279,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
     const uint32_t key_page_stride = static_cast<uint32_t>(a.key_stride_page);
     const uint32_t scale_page_stride = static_cast<uint32_t>(a.scale_stride_page);
     const int steps = (load_end - p_begin) * C::kSlices;
+    const int trigger_step = a.trigger_slices > 0 ? max(steps - a.trigger_slices, 0) : -1;
     SliceFetch<kKeys> ring[kDepth];
     auto issue = [&](int s, int half, SliceFetch<kKeys>& f) {  // half = s % 2, known when unrolled
       if (s >= steps) return;
@@ -318,6 +319,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
         uint32_t frag[kSteps][4];
         slice_fragments_f16<kKeys>(ring[d], tables, frag);
         if (s0 + d == 0) MSA_TRACE(0, 4);
+        if (s0 + d == trigger_step) msa::cuda::allow_dependent_launch();
         // Fragments complete before the wgmma fence (else ptxas inserts a warpgroup arrive per k-step).
 #pragma unroll
         for (int s = 0; s < kSteps; ++s)
@@ -372,8 +374,9 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
       }
     }
   }
-  // The select kernel (a few CTAs) may launch now and wait for this grid's end in its grid_dependency_wait;
-  // triggered this late so that it never takes the SM slots of a later wave of this grid.
+  // The select kernel (a few CTAs) may launch now and wait for this grid's end in its grid_dependency_wait (if the
+  // loop above has not let it already, a.trigger_slices before the run's end): it launches only once every CTA of
+  // this grid got here or to that point, so it never takes the SM slots of a later wave of this grid.
   MSA_TRACE(0, 6);
   msa::cuda::allow_dependent_launch();
   // Pages past the request (only when every page is written): -inf.
