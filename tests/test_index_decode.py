@@ -206,19 +206,19 @@ def test_strided_views(device, key_format):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("batch, q_len", [(24, 2), (128, 2), (130, 2), (128, 8)])
-def test_many_uneven_requests(device, batch, q_len):
+@pytest.mark.parametrize("batch, q_len, heads", [(24, 2, 4), (128, 2, 4), (130, 2, 4), (128, 8, 4), (128, 8, 1)])
+def test_many_uneven_requests(device, batch, q_len, heads):
     # Lengths spread over orders of magnitude, padding requests among them: the CUDA op sizes its runs from the
     # true lengths (flat grid: 2..128 requests and runs of >= 8 pages on the 2-D grid, so max_pages >= 8 x 528 /
-    # B on the H200; 130 requests take the 2-D grid; 128 requests of Q x H = 32 rows with a table of <= 128 pages
-    # take 4-page runs on the 2-D grid), and _check_case compares the workspace's scores with scores_out's page
+    # B on the H200; 130 requests take the 2-D grid; 128 requests of Q x H = 32 or 8 rows with a table of <= 128
+    # pages take 4-page runs on the 2-D grid), and _check_case compares the workspace's scores with scores_out's page
     # by page.
     g = torch.Generator().manual_seed(batch + q_len)
     lens = torch.randint(1, 24_000 if batch <= 24 else 4_500, (batch,), generator=g)
     lens[torch.randperm(batch, generator=g)[:3]] = torch.tensor([0, 3, 2049 + batch])
-    case = make_index_decode_case(lens.tolist(), q_len=q_len, heads=4, key_format="nvfp4", seed=41 + batch + q_len,
-                                  device=device)
-    _check_case(case, what=f"{batch} uneven requests, Q {q_len}")
+    case = make_index_decode_case(lens.tolist(), q_len=q_len, heads=heads, key_format="nvfp4",
+                                  seed=41 + batch + q_len + heads, device=device)
+    _check_case(case, what=f"{batch} uneven requests, Q {q_len}, H {heads}")
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -70,13 +70,17 @@ int forced_pages_per_cta() {
       msa::cuda::env_choice("MSA_INDEX_PAGES_PER_CTA", {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}, 0);
   return forced;
 }
-// Many short requests (B >= 128, page tables <= 128 pages) at H = 4: runs of 4 pages on the 2-D grid, several waves
-// that the block scheduler balances as CTAs finish, instead of one wave of ~10-16-page runs (the rule below, then
-// the flat grid). Measured on the H200 (2026-12-03, bench_index_decode.py, us, rule -> 4 pages): NVFP4 B128 N4000
-// 32.5 -> 28.7, N5000 36.8 -> 33.4, N10000 64.2 -> 57.0; FP8 31.1 -> 29.3, 36.1 -> 34.5, 60.8 -> 57.3. Not at
-// B64 (FP8 B64 N4000 16.4 -> 18.6) nor at N >= 50000 (B128 N50000 NVFP4 217 -> 245); H = 1 not measured.
+// Many short requests (B >= 128, page tables <= 128 pages) with 32 query rows (Q = 8, H = 4) or 8 (Q = 8, H = 1):
+// runs of 4 pages on the 2-D grid, several waves that the block scheduler balances as CTAs finish, instead of one
+// wave of ~10-16-page runs (the rule below, then the flat grid). Measured on the H200 (bench_index_decode.py, us,
+// rule -> 4 pages): H = 4 (2026-12-03, session 11) NVFP4 B128 N4000 32.5 -> 28.7, N5000 36.8 -> 33.4, N10000 64.2 ->
+// 57.0; FP8 31.1 -> 29.3, 36.1 -> 34.5, 60.8 -> 57.3. H = 1 (session 13, knob MSA_INDEX_PAGES_PER_CTA=4) NVFP4 B128
+// N4000 23.64 -> 21.33, N5000 27.27 -> 24.88, N10000 47.39 -> 42.10; FP8 28.19 -> 24.65, 32.23 -> 28.84, 56.68 ->
+// 50.78. Not at B64 (H = 4 FP8 B64 N4000 16.4 -> 18.6; H = 1 FP8 14.18 -> 15.64, NVFP4 14.45 -> 13.53) nor at
+// N >= 50000 (H = 4 B128 N50000 NVFP4 217 -> 245; H = 1 169.7 -> 179.2); 16 rows (H = 2) not measured.
 bool many_short_requests(const ScoreArgs& a) {
-  return a.batch >= 128 && a.max_pages <= 128 && a.q_len * a.heads == 32;
+  const int rows = a.q_len * a.heads;
+  return a.batch >= 128 && a.max_pages <= 128 && (rows == 32 || rows == 8);
 }
 
 int wgmma_pages_per_cta(const ScoreArgs& a, int slots) {
