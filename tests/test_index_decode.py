@@ -526,7 +526,8 @@ def test_cuda_score_kernel_knob(knob, choice):
     # pages; MSA_INDEX_FLAT_BALANCE=0 the flat grid's earlier even runs (ceil(P / CTAs) pages, the last CTAs idle);
     # MSA_INDEX_SELECT_TRIGGER=1 the select kernel letting the next kernel launch at its start (the graph
     # replay case chains calls); MSA_INDEX_SCORE_TRIGGER=0 the score CTAs letting the select kernel launch only after
-    # their runs (the default: one page before their end). Knobs are read once per process, so the CUDA score cases rerun in a subprocess.
+    # their runs (the default: one page before their end). Knobs are read once per process, so the CUDA score cases
+    # rerun in a subprocess.
     selection = ("cuda and (lengths or query_lengths or page_layouts or padding or nan_keys or strided or uneven or "
                  "graph_replay)")
     result = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:logging", "-k", selection],

@@ -70,7 +70,8 @@ int forced_pages_per_cta() {
       msa::cuda::env_choice("MSA_INDEX_PAGES_PER_CTA", {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}, 0);
   return forced;
 }
-// Many short requests (B >= 128, page tables <= 128 pages) with 32 query rows (Q = 8, H = 4) or 8 (Q = 8, H = 1):
+// Many short requests (B >= 128, page tables <= 128 pages) with 32 or 8 query rows (Q x H; measured at Q = 8 with
+// H = 4 and H = 1; other Q x H of 32 or 8 rows run the same kernel shape, e.g. Q = 2 at H = 4 in the tests):
 // runs of 4 pages on the 2-D grid, several waves that the block scheduler balances as CTAs finish, instead of one
 // wave of ~10-16-page runs (the rule below, then the flat grid). Measured on the H200 (bench_index_decode.py, us,
 // rule -> 4 pages): H = 4 (2026-12-03, session 11) NVFP4 B128 N4000 32.5 -> 28.7, N5000 36.8 -> 33.4, N10000 64.2 ->

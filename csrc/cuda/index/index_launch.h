@@ -31,7 +31,8 @@ struct ScoreArgs {
   // Set by launch_scores (wgmma kernel): 0, or the CTAs of a 1-D grid over all requests' pages whose runs are
   // sized from the true lengths on the device (flat_run in index_wgmma_kernels.cuh).
   int flat_ctas;
-  bool flat_even;  // flat grid: runs of ceil(P / CTAs) pages, the last CTAs idle (knob MSA_INDEX_FLAT_BALANCE=0)
+  // Set by launch_scores: flat grid runs of ceil(P / CTAs) pages, the last CTAs idle (knob MSA_INDEX_FLAT_BALANCE=0).
+  bool flat_even;
   // Set by launch_scores (wgmma kernel): the 64-key slices before the end of its run at which a CTA lets the select
   // kernel launch (default 2; knob MSA_INDEX_SCORE_TRIGGER); 0: after its main loop.
   int trigger_slices;
