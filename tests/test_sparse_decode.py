@@ -203,6 +203,31 @@ def test_rows_are_used_as_given(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("pipe", ["0", "1"])
+def test_union_token_groups_apart(device, pipe, monkeypatch):
+    # The union pass runs tokens 0-3 and 4-7 as two consumer warpgroups; here they list disjoint history pages
+    # (0-14, then 15-28 with page 15 twice), so on one CTA (one split) each group skips a long run of the other's
+    # units: the pipelined consumers hold a unit's tiles across skipped units and must not wait for a unit of the
+    # same tile set. The CPU op ignores the knobs (the twin).
+    monkeypatch.setenv("MSA_SPARSE_DECODE_UNION", "1")
+    monkeypatch.setenv("MSA_SPARSE_DECODE_UNION_PIPE", pipe)
+    monkeypatch.setenv("MSA_SPARSE_DECODE_SPLITS", "1")
+    q_len = 8
+    case = make_sparse_decode_case([6000, 4200], q_len=q_len, q_heads=16, kv_heads=2, kv_format="e4m3", seed=12,
+                                   device=device)
+    rows = case.topk.cpu()
+    for b, n in enumerate(case.seq_lens.tolist()):
+        local = (n - 1) // PAGE_SIZE  # every token's local page (no token crosses a page edge here)
+        assert (n - q_len) // PAGE_SIZE == local
+        first, second = list(range(15)), [15] + list(range(15, 29))
+        for t in range(q_len):
+            history = first if t < 4 else second
+            rows[:, b * q_len + t] = torch.tensor(history + [local], dtype=rows.dtype)
+    case.topk.copy_(rows)
+    _check_case(case, what=f"token groups apart, pipe {pipe}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("sm_scale", [0.02, 0.3])
 def test_sm_scale(device, sm_scale):
     case = make_sparse_decode_case([3000, 129], q_len=2, q_heads=16, kv_heads=1, kv_format="bf16", seed=13,
@@ -246,7 +271,8 @@ def test_views(device, kv_format):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kernel", ["splits1", "splits2", "splits4", "splits8", "v1", "lean", "eager", "warps4",
-                                    "warps6", "union", "union-splits1", "union-splits2", "union-splits8"])
+                                    "warps6", "union", "union-splits1", "union-splits2", "union-splits8",
+                                    "union-pipe0", "union-pipe1"])
 @pytest.mark.parametrize("kv_format", KV_FORMATS)
 def test_split_variants(device, kernel, kv_format, monkeypatch):
     # The CUDA op splits each token's TopK row over a cluster of 1, 2, 4 or 8 CTAs (chosen from the shapes) and
@@ -254,10 +280,13 @@ def test_split_variants(device, kernel, kv_format, monkeypatch):
     # the unsplit v1 kernel, MSA_SPARSE_DECODE_LEAN=1 the leaner ring, MSA_SPARSE_DECODE_LAZY=0 eager O rescaling and
     # MSA_SPARSE_DECODE_WARPS=4|6 four or six warps per CTA (default: by the shapes; all read at every call).
     # MSA_SPARSE_DECODE_UNION=1 forces the union pass (one decode of each page for all tokens of a request, its
-    # pages split over the cluster), =0 keeps it off. The CPU op ignores them: its run is the same case's twin.
+    # pages split over the cluster), =0 keeps it off; MSA_SPARSE_DECODE_UNION_PIPE=0|1 turns its pipelined
+    # consumers off / on (NVFP4 / E4M3; default by format). The CPU op ignores them: its run is the same case's twin.
     union, _, splits = kernel.partition("-") if kernel.startswith("union") else ("", "", kernel)
     monkeypatch.setenv("MSA_SPARSE_DECODE_UNION", "1" if union else "0")
-    if kernel == "v1":
+    if splits.startswith("pipe"):
+        monkeypatch.setenv("MSA_SPARSE_DECODE_UNION_PIPE", splits.removeprefix("pipe"))
+    elif kernel == "v1":
         monkeypatch.setenv("MSA_SPARSE_DECODE_KERNEL", "1")
     elif kernel == "lean":  # one ring stage less, more CTAs per SM
         monkeypatch.setenv("MSA_SPARSE_DECODE_LEAN", "1")
@@ -282,16 +311,16 @@ def test_split_variants(device, kernel, kv_format, monkeypatch):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("lazy", ["0", "1"])
+@pytest.mark.parametrize("lazy", ["0", "1", "union"])
 @pytest.mark.parametrize("kv_format", KV_FORMATS)
 def test_late_score_spike(device, lazy, kv_format, monkeypatch):
     # One key of each request's local page (the last slot of every TopK row, so among the last chunks a warp walks)
     # scaled by 16: its scores jump far past the running max built over the history pages (by more than lazy
     # rescaling's slack of 8 in log2 units), so O must be rescaled late in the walk. With MSA_SPARSE_DECODE_LAZY=1
-    # (lazy rescaling, the default) and =0 the split kernel must match the reference; the CPU op ignores the knob
-    # (the twin).
-    monkeypatch.setenv("MSA_SPARSE_DECODE_UNION", "0")
-    monkeypatch.setenv("MSA_SPARSE_DECODE_LAZY", lazy)
+    # (lazy rescaling, the default) and =0 the split kernel must match the reference, and so must the union pass
+    # (always lazy; "union": MSA_SPARSE_DECODE_UNION=1); the CPU op ignores the knobs (the twin).
+    monkeypatch.setenv("MSA_SPARSE_DECODE_UNION", "1" if lazy == "union" else "0")
+    monkeypatch.setenv("MSA_SPARSE_DECODE_LAZY", "1" if lazy == "union" else lazy)
     q_len = 4
     case = make_sparse_decode_case([5000, 3000], q_len=q_len, q_heads=16, kv_heads=2, kv_format=kv_format, seed=97,
                                    device=device)
@@ -338,9 +367,10 @@ def test_cuda_bad_page_ids_give_nan(union, monkeypatch):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kv_format", KV_FORMATS)
-@pytest.mark.parametrize("union", ["0", "1"])
+@pytest.mark.parametrize("union", ["0", "1", "1-pipe"])
 def test_repeatable(device, kv_format, union, monkeypatch):
-    monkeypatch.setenv("MSA_SPARSE_DECODE_UNION", union)  # the CUDA op's union pass off / forced
+    monkeypatch.setenv("MSA_SPARSE_DECODE_UNION", union[0])  # the CUDA op's union pass off / forced
+    monkeypatch.setenv("MSA_SPARSE_DECODE_UNION_PIPE", "1" if union.endswith("pipe") else "0")
     case = make_sparse_decode_case([20_000, 3000, 700], q_len=8, q_heads=64, kv_heads=4, kv_format=kv_format,
                                    seed=61, device=device)
     runs = []
@@ -431,8 +461,9 @@ def test_bad_inputs_raise_clear_errors(device):
            out[:1].expand(34, 4, 128), None, None)
     with pytest.raises(RuntimeError, match=r"topk must have shape \[Hkv = 2, T = 4, W\]"):
         op(q, k, v, ks, vs, topk[:, :3], pt, sl, 0.1, out, None, None)
-    with pytest.raises(RuntimeError, match="sm_scale must be finite"):
-        op(q, k, v, ks, vs, topk, pt, sl, math.nan, out, None, None)
+    for bad in (math.nan, -0.1, 0.0):
+        with pytest.raises(RuntimeError, match="sm_scale must be finite and positive"):
+            op(q, k, v, ks, vs, topk, pt, sl, bad, out, None, None)
     with pytest.raises(RuntimeError, match="out has overlapping elements"):
         op(q, k, v, ks, vs, topk, pt, sl, 0.1, out[:1].expand(4, 4, 128), None, None)
     with pytest.raises(RuntimeError, match="out and lse must not share memory"):

@@ -143,7 +143,8 @@ inline DecodeShape check_sparse_decode_args(const at::Tensor& q, const at::Tenso
               "], got ", s.topk_width);
   check_same_device(topk, "topk", q, "q", op);
 
-  TORCH_CHECK(std::isfinite(sm_scale), op, ": sm_scale must be finite, got ", sm_scale);
+  // > 0: the CUDA union pass takes a row's max over the raw scores q . k (bench/NOTES.md, sparse v2.9)
+  TORCH_CHECK(std::isfinite(sm_scale) && sm_scale > 0.0, op, ": sm_scale must be finite and positive, got ", sm_scale);
 
   // out bf16 [T, Hq, 128] (unit inner stride); lse fp32 [T, Hq] (any strides); workspace uint8 1-D.
   TORCH_CHECK(out.scalar_type() == at::kBFloat16, op, ": out must be bfloat16, got ", out.scalar_type());

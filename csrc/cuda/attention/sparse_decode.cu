@@ -17,7 +17,8 @@
 // (default) uses it by the measured rule in union_pays (Q = 8, enough unions, a page table no wider than the rule's
 // limit for the KV format: engines pass the table cut to the batch's longest request), =1 whenever it can serve the
 // call (Q <= 8, Q x W <= 256, W <= 255, max_pages <= 8192, out rows 8-byte aligned), =0 never.
-// MSA_SPARSE_DECODE_SPLITS sets its split count too (1-8).
+// MSA_SPARSE_DECODE_SPLITS sets its split count too (1-8); MSA_SPARSE_DECODE_UNION_PIPE=0|1 its pipelined consumers
+// (default: by the KV format, launch_union).
 #include <algorithm>
 
 #include "cuda/common/launch.cuh"
@@ -168,9 +169,9 @@ bool use_union(const SparseDecodeArgs& a) {
   return knob == 1 || union_pays(a);
 }
 
-template <KvKind kKv>
-LaunchStatus launch_union(const SparseDecodeArgs& a, cudaStream_t stream) {
-  auto kernel = page_union::sparse_decode_union_kernel<kKv>;
+template <KvKind kKv, bool kPipe>
+LaunchStatus launch_union_variant(const SparseDecodeArgs& a, cudaStream_t stream) {
+  auto kernel = page_union::sparse_decode_union_kernel<kKv, kPipe>;
   constexpr int kSmem = page_union::Layout<kKv>::kSmemBytes;
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel), kSmem);
   if (!ready.is_ok()) return ready;
@@ -192,6 +193,23 @@ LaunchStatus launch_union(const SparseDecodeArgs& a, cudaStream_t stream) {
   }
   return launch_clusters(kernel, dim3(static_cast<unsigned>(a.tokens / a.q_len) * splits, a.kv_heads, union_blocks(a)),
                          page_union::Cfg::kThreads, kSmem, splits, a, stream);
+}
+
+// Pipelined consumers (kPipe) where they measured faster: E4M3 KV. Measured on the H200 (2026-12-03, 64/4 Q = 8,
+// forced per knob, µs, plain -> pipelined): FP8 B128 N4000 366.6 -> 348.9, B64 N4000 200.2 -> 191.6, B32 N4000
+// 103.2 -> 98.3, B128 N1000 126.6 -> 124.6; NVFP4 B128 N4000 394.6 -> 401.6, B64 N5000 247.4 -> 263.5 (its decode
+// producers, not the consumers, set the pace there), but B128 N1000 137.5 -> 131.0, B32 N1000 39.1 -> 37.6 (every
+// token attends every unit: the consumers' work), so NVFP4 takes it for page tables <= 16 pages. BF16 cannot: its
+// producers hand a unit over only after issuing the loads of the unit two later, so a consumer may not hold a unit's
+// tiles while it waits for another (the kernel's static_assert). MSA_SPARSE_DECODE_UNION_PIPE=0|1 forces it off / on
+// (on is ignored for BF16).
+template <KvKind kKv>
+LaunchStatus launch_union(const SparseDecodeArgs& a, cudaStream_t stream) {
+  constexpr bool kCanPipe = !page_union::Layout<kKv>::kDirect;
+  const int knob = msa::cuda::env_choice("MSA_SPARSE_DECODE_UNION_PIPE", {0, 1, 2}, 2);
+  const bool pipe = knob == 2 ? kKv == KvKind::kE4M3 || (kKv == KvKind::kNvfp4 && a.max_pages <= 16) : knob == 1;
+  if (kCanPipe && pipe) return launch_union_variant<kKv, kCanPipe>(a, stream);
+  return launch_union_variant<kKv, false>(a, stream);
 }
 
 template <KvKind kKv>

@@ -21,9 +21,11 @@
 // runs a unit when any of its 4 tokens lists it: S = q K^T (wgmma m64n64k16, q as register A fragments, the K tile
 // as K-major B), online softmax in base 2 per warp with its token's causal limit (a warp whose token does not
 // list the unit contributes P = 0), O += P V (wgmma m64n128k16, P from registers, the V tile as MN-major B).
-// setmaxnreg moves registers from the producers to the consumers (O and S accumulators). Hopper (sm_90a) only:
-// other targets compile a trap and the launcher never picks the union pass there. The CTAs of a cluster merge by
-// their LSE through distributed shared memory (as in the split kernel).
+// The softmax takes each row's max over the raw scores and rescales O lazily (as the split kernel). With kPipe a
+// warpgroup issues S of a unit before O += P V of the previous one, so that the unit's softmax runs while that PV is
+// on the tensor cores. setmaxnreg moves registers from the producers to the consumers (O and S accumulators).
+// Hopper (sm_90a) only: other targets compile a trap and the launcher never picks the union pass there. The CTAs
+// of a cluster merge by their LSE through distributed shared memory (as in the split kernel).
 //
 // History: the first version ran one mma.sync consumer warp per token (ldmatrix from the tiles): 2-4x slower per
 // unit than the tensor cores allow (a warp's S -> softmax -> PV chain is serial and 2 warps per scheduler cannot
@@ -293,12 +295,17 @@ __device__ __forceinline__ void load_query_fragments(const uint8_t* qrow, int64_
 
 // ---- the kernel ------------------------------------------------------------------------------------------
 
-template <KvKind kKv>
+// kPipe (NVFP4 / E4M3): each consumer warpgroup issues S of a unit before O += P V of the previous one and runs the
+// unit's softmax while that PV is on the tensor cores (launch_union says where it is used).
+template <KvKind kKv, bool kPipe = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(const SparseDecodeArgs a, int splits) {
 #if MSA_WGMMA
   msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
   using L = Layout<kKv>;
   using R = Raw<kKv>;
+  // The direct (BF16) producers arrive on unit u's full barrier only after waiting for unit u - 2's release: a
+  // pipelined consumer, which holds one unit's tiles while waiting for a later one, could deadlock there.
+  static_assert(!(kPipe && L::kDirect));
   constexpr bool kBF16 = kKv == KvKind::kBF16;
   constexpr int kSets = L::kSets;
   extern __shared__ __align__(1024) uint8_t union_smem[];  // tile sets: 1024-byte aligned (128-byte swizzle)
@@ -459,98 +466,198 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
     const int pos = pos0 + t;
     const int first_token = warp & ~3;
 
-    for (int k = 0; k < mine; ++k) {
-      const int set_index = k % kSets;
-      const uint32_t set = smem_base + set_index * L::kSetBytes;
+    // S = q K^T over a unit's 64 keys (K tile: K-major B; k-step kk = dims 16 kk + [0, 16)): s[4 n + x] = rows g8
+    // (x = 0, 1) / g8 + 8 (x = 2, 3) of this warp's token, keys 8 n + 2 quad + x % 2. Issued, not waited for.
+    auto issue_scores = [&](uint32_t set, float (&s)[32]) {
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {
+        const uint64_t desc = msa::cuda::wgmma_desc_sw128(set + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024);
+        msa::cuda::wgmma_m64k16<64, kBF16, false>(s, qa[kk], desc, kk > 0);
+      }
+      msa::cuda::wgmma_commit();
+    };
+    // O += P V (V tile: MN-major B, k-step kk = keys 16 kk + [0, 16)): o[4 j + x] = dims 8 j + 2 quad + x % 2.
+    auto issue_pv = [&](uint32_t set, const uint32_t (&pa)[4][4]) {
+      const uint32_t vtile = set + Cfg::kTileBytes;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint64_t desc = msa::cuda::wgmma_desc_sw128(vtile + 2048 * kk, 8192, 1024);
+        msa::cuda::wgmma_m64k16<128, kBF16, true>(o, pa[kk], desc, 1);
+      }
+      msa::cuda::wgmma_commit();
+    };
+    // Unit k's shared facts for this warp: whether its warpgroup runs it (any of its 4 tokens attends it: from
+    // shared data, uniform over the group), this token's last visible key of it and its listing count.
+    struct UnitView {
+      bool group_attends;
+      int limit, listed;
+    };
+    auto view_unit = [&](int k) {
       const int e = unit_at(k);
       const int4 entry = pages[unit_page(e)];
       const int key0 = entry_page(entry) * Cfg::kPage + unit_half(e) * Cfg::kKeys;
-      // The warpgroup runs the unit when any of its tokens attends it (from shared data: uniform over the group).
-      bool group_attends = false;
+      UnitView v{false, pos - key0, entry_count(entry, t)};
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         const int tu = first_token + u;
-        group_attends |= tu < a.q_len && entry_count(entry, tu) > 0 && pos0 + tu >= key0;
+        v.group_attends |= tu < a.q_len && entry_count(entry, tu) > 0 && pos0 + tu >= key0;
       }
-      const int limit = pos - key0;  // the last key of the unit token t sees
-      const int listed = entry_count(entry, t);
-      mbar_wait(full_bar + 8 * set_index, (k / kSets) & 1);
+      return v;
+    };
+    // The online-softmax step of a unit for this warp's token: raw scores -> P in s (in place), the row statistics
+    // updated; O must then be multiplied by `correction` when it returns true. Warp-uniform. Per score: one max
+    // over the raw q . k (sm_scale > 0, checked by the op), then P = 2^(s sm_scale log2 e + bias - max) as one FFMA
+    // and an ex2; the causal mask only when the token's last visible key is inside the unit. Lazy rescaling as in
+    // the split kernel (split::kLazySlack): a row keeps its max while the unit's stays within the slack above it.
+    auto softmax_unit = [&](const UnitView& v, float (&s)[32], float (&correction)[2]) {
+      // A page listed m times counts m times: 2^(s + log2 m) = m 2^s.
+      const float bias = v.listed > 1 ? log2f(static_cast<float>(v.listed)) : 0.0f;
+      if (v.limit < Cfg::kKeys - 1) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          if (8 * (i >> 2) + 2 * quad + (i & 1) > v.limit) s[i] = -INFINITY;
+        }
+      }
+      float unit_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int i = 0; i < 32; ++i) unit_max[(i >> 1) & 1] = fmaxf(unit_max[(i >> 1) & 1], s[i]);
+      bool grows = false;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        unit_max[h] = fmaxf(unit_max[h], __shfl_xor_sync(0xFFFFFFFFu, unit_max[h], 1));
+        unit_max[h] = fmaxf(unit_max[h], __shfl_xor_sync(0xFFFFFFFFu, unit_max[h], 2));
+        unit_max[h] = unit_max[h] * a.sm_scale_log2 + bias;  // -inf stays -inf
+        grows |= unit_max[h] > row_max[h] + split::kLazySlack;  // -inf + slack = -inf: the first unit sets it
+      }
+      const bool rescale = __any_sync(0xFFFFFFFFu, grows);
+      if (rescale) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float new_max = fmaxf(row_max[h], unit_max[h]);
+          correction[h] = fast_exp2(row_max[h] - new_max);  // ex2(-inf) = 0 before the first key
+          row_max[h] = new_max;
+          row_sum[h] *= correction[h];
+        }
+      }
+      const float offset[2] = {bias - row_max[0], bias - row_max[1]};
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        s[i] = fast_exp2(fmaf(s[i], a.sm_scale_log2, offset[(i >> 1) & 1]));  // masked keys: ex2(-inf) = 0
+        row_sum[(i >> 1) & 1] += s[i];
+      }
+      return rescale;
+    };
+    auto rescale_o = [&](const float (&correction)[2]) {
+#pragma unroll
+      for (int i = 0; i < 64; ++i) o[i] *= correction[(i >> 1) & 1];
+    };
+    // P as the A fragments of O += P V: k-step kk = keys 16 kk + [0, 16) = S n-tiles 2 kk, 2 kk + 1; zero for a
+    // warp whose token does not attend the unit (its rows of O stay as they are).
+    auto pack_p = [&](bool attends, const float (&s)[32], uint32_t (&pa)[4][4]) {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) pa[kk][x] = attends ? pack2<kBF16>(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1]) : 0u;
+      }
+    };
+    auto release = [&](int set_index) {  // this warp is done with the unit's tiles
       __syncwarp();
-      if (group_attends) {
-        // S = q K^T over the unit's 64 keys (K tile: K-major B; k-step kk = dims 16 kk + [0, 16)): s[4 n + x] =
-        // rows g8 (x = 0, 1) / g8 + 8 (x = 2, 3) of this warp's token, keys 8 n + 2 quad + x % 2.
+      if (lane == 0) mbar_arrive(empty_bar + 8 * set_index);
+    };
+
+    if constexpr (!kPipe) {
+      for (int k = 0; k < mine; ++k) {
+        const int set_index = k % kSets;
+        const uint32_t set = smem_base + set_index * L::kSetBytes;
+        const UnitView v = view_unit(k);
+        mbar_wait(full_bar + 8 * set_index, (k / kSets) & 1);
+        __syncwarp();
+        if (v.group_attends) {
+          float s[32];
+          msa::cuda::wgmma_fence();
+          issue_scores(set, s);
+          msa::cuda::wgmma_wait<0>();
+          msa::cuda::wgmma_fence_operands(s);
+          const bool attends = active && v.listed > 0 && v.limit >= 0;  // warp-uniform
+          float correction[2];
+          if (attends && softmax_unit(v, s, correction)) rescale_o(correction);
+          uint32_t pa[4][4];
+          pack_p(attends, s, pa);
+          msa::cuda::wgmma_fence_operands(o);
+          msa::cuda::wgmma_fence();
+          issue_pv(set, pa);
+          msa::cuda::wgmma_wait<0>();
+          msa::cuda::wgmma_fence_operands(o);
+        }
+        release(set_index);
+      }
+    } else {
+      // prev: the tile set of the last attended unit, whose P is packed in pa and whose PV is not issued yet. Per
+      // attended unit k after the first: issue S_k, then PV_prev; wait for S_k (the older group), run k's softmax
+      // while PV_prev is on the tensor cores; wait for PV_prev, release its tiles, rescale O, pack P_k. (The first
+      // attended unit is peeled so that every wgmma issue and wait in the loop is unconditional: ptxas serializes
+      // wgmma around a conditional one.) The warpgroup holds prev's tile set until its next run unit, so it also runs
+      // (with P = 0) the unit kSets - 1 after prev: else it could wait for a unit in prev's set, which the producers
+      // cannot fill before prev is released.
+      int k = 0, prev = -1, prev_unit = 0;
+      uint32_t pa[4][4];
+      for (; k < mine; ++k) {  // units before the first one the warpgroup attends
+        const int set_index = k % kSets;
+        const UnitView v = view_unit(k);
+        mbar_wait(full_bar + 8 * set_index, (k / kSets) & 1);
+        __syncwarp();
+        if (v.group_attends) {
+          float s[32];
+          msa::cuda::wgmma_fence();
+          issue_scores(smem_base + set_index * L::kSetBytes, s);
+          msa::cuda::wgmma_wait<0>();
+          msa::cuda::wgmma_fence_operands(s);
+          const bool attends = active && v.listed > 0 && v.limit >= 0;  // warp-uniform
+          float correction[2];
+          if (attends) softmax_unit(v, s, correction);  // O is still zero: nothing to rescale
+          pack_p(attends, s, pa);
+          prev = set_index, prev_unit = k;
+          ++k;
+          break;
+        }
+        release(set_index);
+      }
+      for (; k < mine; ++k) {
+        const int set_index = k % kSets;
+        const UnitView v = view_unit(k);
+        mbar_wait(full_bar + 8 * set_index, (k / kSets) & 1);
+        __syncwarp();
+        if (!v.group_attends && k - prev_unit < kSets - 1) {
+          release(set_index);
+          continue;
+        }
         float s[32];
+        msa::cuda::wgmma_fence_operands(o);
         msa::cuda::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 8; ++kk) {
-          const uint64_t desc = msa::cuda::wgmma_desc_sw128(set + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024);
-          msa::cuda::wgmma_m64k16<64, kBF16, false>(s, qa[kk], desc, kk > 0);
-        }
-        msa::cuda::wgmma_commit();
-        msa::cuda::wgmma_wait<0>();
+        issue_scores(smem_base + set_index * L::kSetBytes, s);
+        issue_pv(smem_base + prev * L::kSetBytes, pa);
+        msa::cuda::wgmma_wait<1>();
         msa::cuda::wgmma_fence_operands(s);
-        uint32_t pa[4][4];
-        if (active && listed > 0 && limit >= 0) {  // warp-uniform
-          // A page listed m times counts m times: 2^(s + log2 m) = m 2^s.
-          const float bias = listed > 1 ? log2f(static_cast<float>(listed)) : 0.0f;
-          float unit_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-          for (int i = 0; i < 32; ++i) {
-            s[i] = s[i] * a.sm_scale_log2 + bias;
-            if (limit < Cfg::kKeys - 1 && 8 * (i >> 2) + 2 * quad + (i & 1) > limit) s[i] = -INFINITY;
-            unit_max[(i >> 1) & 1] = fmaxf(unit_max[(i >> 1) & 1], s[i]);
-          }
-          bool grows = false;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            unit_max[h] = fmaxf(unit_max[h], __shfl_xor_sync(0xFFFFFFFFu, unit_max[h], 1));
-            unit_max[h] = fmaxf(unit_max[h], __shfl_xor_sync(0xFFFFFFFFu, unit_max[h], 2));
-            grows |= unit_max[h] > row_max[h];
-          }
-          if (__any_sync(0xFFFFFFFFu, grows)) {
-            float correction[2];
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const float new_max = fmaxf(row_max[h], unit_max[h]);
-              correction[h] = fast_exp2(row_max[h] - new_max);  // ex2(-inf) = 0 before the first key
-              row_max[h] = new_max;
-              row_sum[h] *= correction[h];
-            }
-#pragma unroll
-            for (int i = 0; i < 64; ++i) o[i] *= correction[(i >> 1) & 1];
-          }
-#pragma unroll
-          for (int i = 0; i < 32; ++i) {
-            s[i] = fast_exp2(s[i] - row_max[(i >> 1) & 1]);  // masked keys: ex2(-inf) = 0
-            row_sum[(i >> 1) & 1] += s[i];
-          }
-          // P as the A fragments of O += P V: k-step kk = keys 16 kk + [0, 16) = S n-tiles 2 kk, 2 kk + 1.
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {
-            pa[kk][0] = pack2<kBF16>(s[8 * kk], s[8 * kk + 1]);
-            pa[kk][1] = pack2<kBF16>(s[8 * kk + 2], s[8 * kk + 3]);
-            pa[kk][2] = pack2<kBF16>(s[8 * kk + 4], s[8 * kk + 5]);
-            pa[kk][3] = pack2<kBF16>(s[8 * kk + 6], s[8 * kk + 7]);
-          }
-        } else {  // this warp's token does not attend the unit: P = 0 leaves its rows of O as they are
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
-        }
-        // O += P V (V tile: MN-major B, k-step kk = keys 16 kk + [0, 16)): o[4 j + x] = dims 8 j + 2 quad + x % 2.
-        msa::cuda::wgmma_fence_operands(o);
-        msa::cuda::wgmma_fence();
-        const uint32_t vtile = set + Cfg::kTileBytes;
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          const uint64_t desc = msa::cuda::wgmma_desc_sw128(vtile + 2048 * kk, 8192, 1024);
-          msa::cuda::wgmma_m64k16<128, kBF16, true>(o, pa[kk], desc, 1);
-        }
-        msa::cuda::wgmma_commit();
+        const bool attends = v.group_attends && active && v.listed > 0 && v.limit >= 0;  // warp-uniform
+        float correction[2];
+        const bool rescale = attends && softmax_unit(v, s, correction);
         msa::cuda::wgmma_wait<0>();
         msa::cuda::wgmma_fence_operands(o);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) msa::cuda::wgmma_fence_operands(pa[kk]);  // PV_prev's operands until here
+        release(prev);
+        if (rescale) rescale_o(correction);
+        pack_p(attends, s, pa);
+        prev = set_index, prev_unit = k;
       }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty_bar + 8 * set_index);  // this warp is done with the unit's tiles
+      if (prev >= 0) {
+        msa::cuda::wgmma_fence_operands(o);
+        msa::cuda::wgmma_fence();
+        issue_pv(smem_base + prev * L::kSetBytes, pa);
+        msa::cuda::wgmma_wait<0>();
+        msa::cuda::wgmma_fence_operands(o);
+        release(prev);
+      }
     }
     msa::cuda::setmaxnreg_dec<Cfg::kLaunchRegs>();
 #pragma unroll
