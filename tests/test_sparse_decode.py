@@ -203,14 +203,15 @@ def test_rows_are_used_as_given(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("pipe", ["0", "1"])
+@pytest.mark.parametrize("pipe", ["0", "1", "1-fp8s"])
 def test_union_token_groups_apart(device, pipe, monkeypatch):
     # The union pass runs tokens 0-3 and 4-7 as two consumer warpgroups; here they list disjoint history pages
     # (0-14, then 15-28 with page 15 twice), so on one CTA (one split) each group skips a long run of the other's
     # units: the pipelined consumers hold a unit's tiles across skipped units and must not wait for a unit of the
     # same tile set. The CPU op ignores the knobs (the twin).
     monkeypatch.setenv("MSA_SPARSE_DECODE_UNION", "1")
-    monkeypatch.setenv("MSA_SPARSE_DECODE_UNION_PIPE", pipe)
+    monkeypatch.setenv("MSA_SPARSE_DECODE_UNION_PIPE", pipe[0])
+    monkeypatch.setenv("MSA_SPARSE_DECODE_UNION_FP8S", "1" if pipe.endswith("fp8s") else "0")
     monkeypatch.setenv("MSA_SPARSE_DECODE_SPLITS", "1")
     q_len = 8
     case = make_sparse_decode_case([6000, 4200], q_len=q_len, q_heads=16, kv_heads=2, kv_format="e4m3", seed=12,
@@ -272,7 +273,7 @@ def test_views(device, kv_format):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kernel", ["splits1", "splits2", "splits4", "splits8", "v1", "lean", "eager", "warps4",
                                     "warps6", "union", "union-splits1", "union-splits2", "union-splits8",
-                                    "union-pipe0", "union-pipe1"])
+                                    "union-pipe0", "union-pipe1", "union-fp8s"])
 @pytest.mark.parametrize("kv_format", KV_FORMATS)
 def test_split_variants(device, kernel, kv_format, monkeypatch):
     # The CUDA op splits each token's TopK row over a cluster of 1, 2, 4 or 8 CTAs (chosen from the shapes) and
@@ -281,11 +282,14 @@ def test_split_variants(device, kernel, kv_format, monkeypatch):
     # MSA_SPARSE_DECODE_WARPS=4|6 four or six warps per CTA (default: by the shapes; all read at every call).
     # MSA_SPARSE_DECODE_UNION=1 forces the union pass (one decode of each page for all tokens of a request, its
     # pages split over the cluster), =0 keeps it off; MSA_SPARSE_DECODE_UNION_PIPE=0|1 turns its pipelined
-    # consumers off / on (NVFP4 / E4M3; default by format). The CPU op ignores them: its run is the same case's twin.
+    # consumers off / on (NVFP4 / E4M3; default by format), MSA_SPARSE_DECODE_UNION_FP8S=1 its FP8 S = q K^T (E4M3
+    # only). The CPU op ignores them: its run is the same case's twin.
     union, _, splits = kernel.partition("-") if kernel.startswith("union") else ("", "", kernel)
     monkeypatch.setenv("MSA_SPARSE_DECODE_UNION", "1" if union else "0")
     if splits.startswith("pipe"):
         monkeypatch.setenv("MSA_SPARSE_DECODE_UNION_PIPE", splits.removeprefix("pipe"))
+    elif splits == "fp8s":
+        monkeypatch.setenv("MSA_SPARSE_DECODE_UNION_FP8S", "1")
     elif kernel == "v1":
         monkeypatch.setenv("MSA_SPARSE_DECODE_KERNEL", "1")
     elif kernel == "lean":  # one ring stage less, more CTAs per SM
@@ -367,10 +371,11 @@ def test_cuda_bad_page_ids_give_nan(union, monkeypatch):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kv_format", KV_FORMATS)
-@pytest.mark.parametrize("union", ["0", "1", "1-pipe"])
+@pytest.mark.parametrize("union", ["0", "1", "1-pipe", "1-pipe-fp8s"])
 def test_repeatable(device, kv_format, union, monkeypatch):
     monkeypatch.setenv("MSA_SPARSE_DECODE_UNION", union[0])  # the CUDA op's union pass off / forced
-    monkeypatch.setenv("MSA_SPARSE_DECODE_UNION_PIPE", "1" if union.endswith("pipe") else "0")
+    monkeypatch.setenv("MSA_SPARSE_DECODE_UNION_PIPE", "1" if "pipe" in union else "0")
+    monkeypatch.setenv("MSA_SPARSE_DECODE_UNION_FP8S", "1" if union.endswith("fp8s") else "0")
     case = make_sparse_decode_case([20_000, 3000, 700], q_len=8, q_heads=64, kv_heads=4, kv_format=kv_format,
                                    seed=61, device=device)
     runs = []

@@ -169,9 +169,9 @@ bool use_union(const SparseDecodeArgs& a) {
   return knob == 1 || union_pays(a);
 }
 
-template <KvKind kKv, bool kPipe>
+template <KvKind kKv, bool kPipe, bool kFp8S = false>
 LaunchStatus launch_union_variant(const SparseDecodeArgs& a, cudaStream_t stream) {
-  auto kernel = page_union::sparse_decode_union_kernel<kKv, kPipe>;
+  auto kernel = page_union::sparse_decode_union_kernel<kKv, kPipe, kFp8S>;
   constexpr int kSmem = page_union::Layout<kKv>::kSmemBytes;
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel), kSmem);
   if (!ready.is_ok()) return ready;
@@ -202,12 +202,19 @@ LaunchStatus launch_union_variant(const SparseDecodeArgs& a, cudaStream_t stream
 // token attends every unit: the consumers' work), so NVFP4 takes it for page tables <= 16 pages. BF16 cannot: its
 // producers hand a unit over only after issuing the loads of the unit two later, so a consumer may not hold a unit's
 // tiles while it waits for another (the kernel's static_assert). MSA_SPARSE_DECODE_UNION_PIPE=0|1 forces it off / on
-// (on is ignored for BF16).
+// (on is ignored for BF16). MSA_SPARSE_DECODE_UNION_FP8S=1 (E4M3 only; default 0): S by FP8 wgmma, written in
+// session 14 and compiled only: not run on a GPU yet.
 template <KvKind kKv>
 LaunchStatus launch_union(const SparseDecodeArgs& a, cudaStream_t stream) {
   constexpr bool kCanPipe = !page_union::Layout<kKv>::kDirect;
-  const int knob = msa::cuda::env_choice("MSA_SPARSE_DECODE_UNION_PIPE", {0, 1, 2}, 2);
+  using msa::cuda::env_choice;
+  const int knob = env_choice("MSA_SPARSE_DECODE_UNION_PIPE", {0, 1, 2}, 2);
   const bool pipe = knob == 2 ? kKv == KvKind::kE4M3 || (kKv == KvKind::kNvfp4 && a.max_pages <= 16) : knob == 1;
+  if constexpr (kKv == KvKind::kE4M3) {
+    if (env_choice("MSA_SPARSE_DECODE_UNION_FP8S", {0, 1}, 0) == 1) {
+      return pipe ? launch_union_variant<kKv, true, true>(a, stream) : launch_union_variant<kKv, false, true>(a, stream);
+    }
+  }
   if (kCanPipe && pipe) return launch_union_variant<kKv, kCanPipe>(a, stream);
   return launch_union_variant<kKv, false>(a, stream);
 }

@@ -232,9 +232,11 @@ __device__ __forceinline__ void issue_unit(const SparseDecodeArgs& a, int hk, co
   }
 }
 
-// Decodes producer thread p's raw pieces of a landed stage into the K / V tiles of `set`.
-template <KvKind kKv>
+// Decodes producer thread p's raw pieces of a landed stage into the K / V tiles of `set`. kFp8K (E4M3 only): the K
+// tile keeps the E4M3 bytes, [64 keys][128 bytes] in the 128-byte-swizzle layout (the K-major B of an FP8 wgmma).
+template <KvKind kKv, bool kFp8K = false>
 __device__ __forceinline__ void decode_unit(const uint8_t* raw, const uint2* tables, int p, uint32_t set) {
+  static_assert(!kFp8K || kKv == KvKind::kE4M3);
   using R = Raw<kKv>;
   constexpr int kP = Cfg::kProducerThreads;
 #pragma unroll
@@ -259,8 +261,11 @@ __device__ __forceinline__ void decode_unit(const uint8_t* raw, const uint2* tab
       }
     } else {
       const int row = piece >> 3, c = piece & 7;
+      if constexpr (kFp8K) {  // bytes 16 c + [0, 16) of key `row`: chunk c of its 128-byte row, swizzled
+        st_shared16(set + row * 128 + ((c ^ (row & 7)) << 4), *reinterpret_cast<const uint4*>(raw + 16 * piece));
+      }
 #pragma unroll
-      for (int kv = 0; kv < 2; ++kv) {
+      for (int kv = kFp8K ? 1 : 0; kv < 2; ++kv) {
         uint4 lo, hi;
         e4m3x16_to_f16(*reinterpret_cast<const uint4*>(raw + 16 * (kv * R::kPieces * kP + piece)), lo, hi);
         st_shared16(set + kv * Cfg::kTileBytes + tile_offset(row, 2 * c), lo);
@@ -270,24 +275,36 @@ __device__ __forceinline__ void decode_unit(const uint8_t* raw, const uint2* tab
   }
 }
 
-// q fragments (A of S = q K^T) of 16 rows straight from global memory: qa[kk] = rows g8 / g8 + 8, dims
-// 16 kk + 2 quad + {0, 1} (a0, a1) and + 8 (a2, a3); rows past `rows` (or of an inactive token) are zero.
-template <bool kBF16>
+// q fragments (A of S = q K^T) of 16 rows straight from global memory; rows past `rows` (or of an inactive token)
+// are zero. 16-bit MMA (fp16 from E4M3 q, or BF16 q): qa[kk] = rows g8 / g8 + 8, dims 16 kk + 2 quad + {0, 1} (a0,
+// a1) and + 8 (a2, a3). kFp8 (FP8 MMA, E4M3 q): qa[kk] (kk < 4) = the 8-bit A fragment of k-step kk: rows g8 / g8 + 8,
+// dims 32 kk + 4 quad + [0, 4) (a0, a1) and + 16 (a2, a3), 4 bytes each, low dim first, loaded as 16-bit pairs (q
+// views need only 2-byte alignment).
+template <bool kBF16, bool kFp8 = false>
 __device__ __forceinline__ void load_query_fragments(const uint8_t* qrow, int64_t stride_h, int rows, bool active,
                                                      uint32_t (&qa)[8][4]) {
+  static_assert(!(kBF16 && kFp8));
   const int lane = threadIdx.x & 31, g8 = lane >> 2, quad = lane & 3;
 #pragma unroll
   for (int x = 0; x < 4; ++x) {
     const int r = g8 + 8 * (x & 1);
     const bool on = active && r < rows;
+    if constexpr (kFp8) {
 #pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      const int dim = 16 * kk + 2 * quad + 8 * (x >> 1);
-      if constexpr (kBF16) {
-        qa[kk][x] = on ? __ldg(reinterpret_cast<const uint32_t*>(qrow + (r * stride_h + dim) * 2)) : 0u;
-      } else {
-        const uint32_t pair = on ? __ldg(reinterpret_cast<const uint16_t*>(qrow + r * stride_h + dim)) : 0u;
-        qa[kk][x] = e4m3_lo_to_f16x2(pair);
+      for (int kk = 0; kk < 4; ++kk) {
+        const auto* at = reinterpret_cast<const uint16_t*>(qrow + r * stride_h + 32 * kk + 4 * quad + 16 * (x >> 1));
+        qa[kk][x] = on ? uint32_t(__ldg(at)) | (uint32_t(__ldg(at + 1)) << 16) : 0u;
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {
+        const int dim = 16 * kk + 2 * quad + 8 * (x >> 1);
+        if constexpr (kBF16) {
+          qa[kk][x] = on ? __ldg(reinterpret_cast<const uint32_t*>(qrow + (r * stride_h + dim) * 2)) : 0u;
+        } else {
+          const uint32_t pair = on ? __ldg(reinterpret_cast<const uint16_t*>(qrow + r * stride_h + dim)) : 0u;
+          qa[kk][x] = e4m3_lo_to_f16x2(pair);
+        }
       }
     }
   }
@@ -296,8 +313,9 @@ __device__ __forceinline__ void load_query_fragments(const uint8_t* qrow, int64_
 // ---- the kernel ------------------------------------------------------------------------------------------
 
 // kPipe (NVFP4 / E4M3): each consumer warpgroup issues S of a unit before O += P V of the previous one and runs the
-// unit's softmax while that PV is on the tensor cores (launch_union says where it is used).
-template <KvKind kKv, bool kPipe = false>
+// unit's softmax while that PV is on the tensor cores (launch_union says where it is used). kFp8S (E4M3 only, not
+// run on a GPU yet): S by FP8 wgmma (m64n64k32, E4M3 q and K tile; the K tile is not widened); PV stays fp16.
+template <KvKind kKv, bool kPipe = false, bool kFp8S = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(const SparseDecodeArgs a, int splits) {
 #if MSA_WGMMA
   msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
@@ -306,6 +324,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
   // The direct (BF16) producers arrive on unit u's full barrier only after waiting for unit u - 2's release: a
   // pipelined consumer, which holds one unit's tiles while waiting for a later one, could deadlock there.
   static_assert(!(kPipe && L::kDirect));
+  static_assert(!kFp8S || kKv == KvKind::kE4M3);
   constexpr bool kBF16 = kKv == KvKind::kBF16;
   constexpr int kSets = L::kSets;
   extern __shared__ __align__(1024) uint8_t union_smem[];  // tile sets: 1024-byte aligned (128-byte swizzle)
@@ -335,7 +354,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
     const uint8_t* qrow = static_cast<const uint8_t*>(a.q) +
                           (int64_t(b * a.q_len + min(t, a.q_len - 1)) * a.q_stride_t + int64_t(head0) * a.q_stride_h) *
                               (kBF16 ? 2 : 1);
-    load_query_fragments<kBF16>(qrow, a.q_stride_h, rows, active, qa);
+    load_query_fragments<kBF16, kFp8S>(qrow, a.q_stride_h, rows, active, qa);
   }
 
   // ---- the union: token counts per logical page, then the page list in page order, then the units ----
@@ -447,7 +466,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
         const int set = k % kSets;
         msa::cuda::cp_async_wait<kRing - 2>();  // unit k's raw bytes (this thread's own)
         if (k >= kSets) mbar_wait(empty_bar + 8 * set, ((k / kSets) - 1) & 1);
-        decode_unit<kKv>(smem + L::kRawOff + (k % kRing) * R::kBytes, tables, p, smem_base + set * L::kSetBytes);
+        decode_unit<kKv, kFp8S>(smem + L::kRawOff + (k % kRing) * R::kBytes, tables, p,
+                                smem_base + set * L::kSetBytes);
         msa::cuda::fence_proxy_async_shared();  // the tiles are read by wgmma (async proxy)
         mbar_arrive(full_bar + 8 * set);
         if (k + kRing - 1 < mine) {  // into the stage of unit k - 1, decoded by this thread last round
@@ -469,10 +489,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
     // S = q K^T over a unit's 64 keys (K tile: K-major B; k-step kk = dims 16 kk + [0, 16)): s[4 n + x] = rows g8
     // (x = 0, 1) / g8 + 8 (x = 2, 3) of this warp's token, keys 8 n + 2 quad + x % 2. Issued, not waited for.
     auto issue_scores = [&](uint32_t set, float (&s)[32]) {
+      if constexpr (kFp8S) {  // E4M3 K tile: one 8 KB block of 128-byte rows; k-step kk = dims 32 kk + [0, 32)
 #pragma unroll
-      for (int kk = 0; kk < 8; ++kk) {
-        const uint64_t desc = msa::cuda::wgmma_desc_sw128(set + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024);
-        msa::cuda::wgmma_m64k16<64, kBF16, false>(s, qa[kk], desc, kk > 0);
+        for (int kk = 0; kk < 4; ++kk) {
+          const uint64_t desc = msa::cuda::wgmma_desc_sw128(set + kk * 32, 16, 1024);
+          msa::cuda::wgmma_m64n64k32_e4m3(s, qa[kk], desc, kk > 0);
+        }
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) {
+          const uint64_t desc = msa::cuda::wgmma_desc_sw128(set + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024);
+          msa::cuda::wgmma_m64k16<64, kBF16, false>(s, qa[kk], desc, kk > 0);
+        }
       }
       msa::cuda::wgmma_commit();
     };

@@ -131,6 +131,24 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[kN / 2], const uint32_t 
 #endif
 }
 
+// D (64 x 64, fp32, laid out as in wgmma_m64k16) (+)= A B with E4M3 operands, K = 32: A = 64 x 32 from registers
+// (per warp: the m16n8k32 8-bit A fragment of its 16 rows: a[0] = row g8, k 4 quad + [0, 4) (4 bytes, low first),
+// a[1] = row g8 + 8, a[2] / a[3] = the same at k + 16), B = 32 x 64 K-major through `b_desc` (FP8 wgmma has no
+// transposed operands). The tensor cores accumulate the 32 products at reduced precision before the fp32 add.
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], const uint32_t (&a)[4], uint64_t b_desc,
+                                                     int accumulate) {
+#if MSA_WGMMA
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " MSA_WGMMA_D32
+               ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+               : MSA_WGMMA_OUT32(d)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
+#else
+  (void)d, (void)a, (void)b_desc, (void)accumulate;
+  __trap();
+#endif
+}
+
 #undef MSA_WGMMA_SHAPE
 #undef MSA_WGMMA_ASM
 #undef MSA_WGMMA_D4
