@@ -282,8 +282,8 @@ def test_split_variants(device, kernel, kv_format, monkeypatch):
     # MSA_SPARSE_DECODE_WARPS=4|6 four or six warps per CTA (default: by the shapes; all read at every call).
     # MSA_SPARSE_DECODE_UNION=1 forces the union pass (one decode of each page for all tokens of a request, its
     # pages split over the cluster), =0 keeps it off; MSA_SPARSE_DECODE_UNION_PIPE=0|1 turns its pipelined
-    # consumers off / on (NVFP4 / E4M3; default by format), MSA_SPARSE_DECODE_UNION_FP8S=1 its FP8 S = q K^T (E4M3
-    # only). The CPU op ignores them: its run is the same case's twin.
+    # consumers off / on (NVFP4 / E4M3; default by format), MSA_SPARSE_DECODE_UNION_FP8S=1 its FP8 S = q K^T (NVFP4 /
+    # E4M3). The CPU op ignores them: its run is the same case's twin.
     union, _, splits = kernel.partition("-") if kernel.startswith("union") else ("", "", kernel)
     monkeypatch.setenv("MSA_SPARSE_DECODE_UNION", "1" if union else "0")
     if splits.startswith("pipe"):

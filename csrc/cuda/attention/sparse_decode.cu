@@ -202,7 +202,7 @@ LaunchStatus launch_union_variant(const SparseDecodeArgs& a, cudaStream_t stream
 // token attends every unit: the consumers' work), so NVFP4 takes it for page tables <= 16 pages. BF16 cannot: its
 // producers hand a unit over only after issuing the loads of the unit two later, so a consumer may not hold a unit's
 // tiles while it waits for another (the kernel's static_assert). MSA_SPARSE_DECODE_UNION_PIPE=0|1 forces it off / on
-// (on is ignored for BF16). MSA_SPARSE_DECODE_UNION_FP8S=1 (E4M3 only; default 0): S by FP8 wgmma, written in
+// (on is ignored for BF16). MSA_SPARSE_DECODE_UNION_FP8S=1 (NVFP4 / E4M3; default 0): S by FP8 wgmma, written in
 // session 14 and compiled only: not run on a GPU yet.
 template <KvKind kKv>
 LaunchStatus launch_union(const SparseDecodeArgs& a, cudaStream_t stream) {
@@ -210,7 +210,7 @@ LaunchStatus launch_union(const SparseDecodeArgs& a, cudaStream_t stream) {
   using msa::cuda::env_choice;
   const int knob = env_choice("MSA_SPARSE_DECODE_UNION_PIPE", {0, 1, 2}, 2);
   const bool pipe = knob == 2 ? kKv == KvKind::kE4M3 || (kKv == KvKind::kNvfp4 && a.max_pages <= 16) : knob == 1;
-  if constexpr (kKv == KvKind::kE4M3) {
+  if constexpr (kKv != KvKind::kBF16) {
     if (env_choice("MSA_SPARSE_DECODE_UNION_FP8S", {0, 1}, 0) == 1) {
       return pipe ? launch_union_variant<kKv, true, true>(a, stream) : launch_union_variant<kKv, false, true>(a, stream);
     }

@@ -232,11 +232,12 @@ __device__ __forceinline__ void issue_unit(const SparseDecodeArgs& a, int hk, co
   }
 }
 
-// Decodes producer thread p's raw pieces of a landed stage into the K / V tiles of `set`. kFp8K (E4M3 only): the K
-// tile keeps the E4M3 bytes, [64 keys][128 bytes] in the 128-byte-swizzle layout (the K-major B of an FP8 wgmma).
+// Decodes producer thread p's raw pieces of a landed stage into the K / V tiles of `set`. kFp8K (NVFP4 / E4M3): the
+// K tile holds E4M3 bytes (NVFP4: the Q8KV4 dequant's, not widened further), [64 keys][128 bytes] in the
+// 128-byte-swizzle layout (the K-major B of an FP8 wgmma).
 template <KvKind kKv, bool kFp8K = false>
 __device__ __forceinline__ void decode_unit(const uint8_t* raw, const uint2* tables, int p, uint32_t set) {
-  static_assert(!kFp8K || kKv == KvKind::kE4M3);
+  static_assert(!kFp8K || kKv != KvKind::kBF16);
   using R = Raw<kKv>;
   constexpr int kP = Cfg::kProducerThreads;
 #pragma unroll
@@ -250,6 +251,18 @@ __device__ __forceinline__ void decode_unit(const uint8_t* raw, const uint2* tab
         const uint8_t* scale = raw + (kv ? R::kVsOff : R::kKsOff) + 8 * piece + 2 * quarter;
         const uint2 table[2] = {tables[scale_byte(scale)], tables[scale_byte(scale + 1)]};
         const uint32_t words[4] = {c.x, c.y, c.z, c.w};
+        if (kFp8K && kv == 0) {  // E4M3 K tile: dims 32 quarter + [0, 32) = 16-byte chunks 2 quarter, 2 quarter + 1
+          uint32_t e[8];
+#pragma unroll
+          for (int s = 0; s < 4; ++s) index::e2m1x8_to_e4m3x8(words[s], table[s >> 1].x, table[s >> 1].y, e[2 * s],
+                                                              e[2 * s + 1]);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            st_shared16(set + row * 128 + (((2 * quarter + h) ^ (row & 7)) << 4),
+                        make_uint4(e[4 * h], e[4 * h + 1], e[4 * h + 2], e[4 * h + 3]));
+          }
+          continue;
+        }
 #pragma unroll
         for (int s = 0; s < 4; ++s) {  // word s: dims 32 quarter + 8 s + [0, 8) = chunk 4 quarter + s
           uint32_t lo, hi;
@@ -313,8 +326,8 @@ __device__ __forceinline__ void load_query_fragments(const uint8_t* qrow, int64_
 // ---- the kernel ------------------------------------------------------------------------------------------
 
 // kPipe (NVFP4 / E4M3): each consumer warpgroup issues S of a unit before O += P V of the previous one and runs the
-// unit's softmax while that PV is on the tensor cores (launch_union says where it is used). kFp8S (E4M3 only, not
-// run on a GPU yet): S by FP8 wgmma (m64n64k32, E4M3 q and K tile; the K tile is not widened); PV stays fp16.
+// unit's softmax while that PV is on the tensor cores (launch_union says where it is used). kFp8S (NVFP4 / E4M3, not
+// run on a GPU yet): S by FP8 wgmma (m64n64k32, E4M3 q and K tile; the K tile is not widened to fp16); PV stays fp16.
 template <KvKind kKv, bool kPipe = false, bool kFp8S = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(const SparseDecodeArgs a, int splits) {
 #if MSA_WGMMA
@@ -324,7 +337,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
   // The direct (BF16) producers arrive on unit u's full barrier only after waiting for unit u - 2's release: a
   // pipelined consumer, which holds one unit's tiles while waiting for a later one, could deadlock there.
   static_assert(!(kPipe && L::kDirect));
-  static_assert(!kFp8S || kKv == KvKind::kE4M3);
+  static_assert(!kFp8S || kKv != KvKind::kBF16);
   constexpr bool kBF16 = kKv == KvKind::kBF16;
   constexpr int kSets = L::kSets;
   extern __shared__ __align__(1024) uint8_t union_smem[];  // tile sets: 1024-byte aligned (128-byte swizzle)
