@@ -291,8 +291,8 @@ __device__ __forceinline__ void decode_unit(const uint8_t* raw, const uint2* tab
 // q fragments (A of S = q K^T) of 16 rows straight from global memory; rows past `rows` (or of an inactive token)
 // are zero. 16-bit MMA (fp16 from E4M3 q, or BF16 q): qa[kk] = rows g8 / g8 + 8, dims 16 kk + 2 quad + {0, 1} (a0,
 // a1) and + 8 (a2, a3). kFp8 (FP8 MMA, E4M3 q): qa[kk] (kk < 4) = the 8-bit A fragment of k-step kk: rows g8 / g8 + 8,
-// dims 32 kk + 4 quad + [0, 4) (a0, a1) and + 16 (a2, a3), 4 bytes each, low dim first, loaded as 16-bit pairs (q
-// views need only 2-byte alignment).
+// dims 32 kk + 4 quad + [0, 4) (a0, a1) and + 16 (a2, a3), 4 bytes each, low dim first (q rows are 16-byte aligned:
+// the host copies a q that is not).
 template <bool kBF16, bool kFp8 = false>
 __device__ __forceinline__ void load_query_fragments(const uint8_t* qrow, int64_t stride_h, int rows, bool active,
                                                      uint32_t (&qa)[8][4]) {
@@ -305,8 +305,8 @@ __device__ __forceinline__ void load_query_fragments(const uint8_t* qrow, int64_
     if constexpr (kFp8) {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        const auto* at = reinterpret_cast<const uint16_t*>(qrow + r * stride_h + 32 * kk + 4 * quad + 16 * (x >> 1));
-        qa[kk][x] = on ? uint32_t(__ldg(at)) | (uint32_t(__ldg(at + 1)) << 16) : 0u;
+        const int dim = 32 * kk + 4 * quad + 16 * (x >> 1);
+        qa[kk][x] = on ? __ldg(reinterpret_cast<const uint32_t*>(qrow + r * stride_h + dim)) : 0u;
       }
     } else {
 #pragma unroll
