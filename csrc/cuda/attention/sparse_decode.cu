@@ -212,7 +212,8 @@ LaunchStatus launch_union(const SparseDecodeArgs& a, cudaStream_t stream) {
   const bool pipe = knob == 2 ? kKv == KvKind::kE4M3 || (kKv == KvKind::kNvfp4 && a.max_pages <= 16) : knob == 1;
   if constexpr (kKv != KvKind::kBF16) {
     if (env_choice("MSA_SPARSE_DECODE_UNION_FP8S", {0, 1}, 0) == 1) {
-      return pipe ? launch_union_variant<kKv, true, true>(a, stream) : launch_union_variant<kKv, false, true>(a, stream);
+      if (pipe) return launch_union_variant<kKv, true, true>(a, stream);
+      return launch_union_variant<kKv, false, true>(a, stream);
     }
   }
   if (kCanPipe && pipe) return launch_union_variant<kKv, kCanPipe>(a, stream);

@@ -1,6 +1,6 @@
 // Warpgroup MMA (wgmma, sm_90a only) building blocks: shared-memory matrix descriptors and the m64nNk16 forms
-// with A from registers that the kernels use (fp16 or bf16 operands, fp32 accumulators, N = 8..128). Include
-// only from code compiled for sm_90a (guard with MSA_WGMMA).
+// with A from registers that the kernels use (fp16 or bf16 operands, fp32 accumulators, N = 8..128), and one
+// m64n64k32 E4M3 form. Include only from code compiled for sm_90a (guard with MSA_WGMMA).
 #pragma once
 
 #include <cstdint>
