@@ -528,16 +528,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
       msa::cuda::wgmma_commit();
     };
     // Unit k's shared facts for this warp: whether its warpgroup runs it (any of its 4 tokens attends it: from
-    // shared data, uniform over the group), this token's last visible key of it and its listing count.
+    // shared data, uniform over the group), this token's last visible key of it, its listing count, and whether
+    // this token attends it (warp-uniform; implies group_attends).
     struct UnitView {
       bool group_attends;
       int limit, listed;
+      bool attends;
     };
     auto view_unit = [&](int k) {
       const int e = unit_at(k);
       const int4 entry = pages[unit_page(e)];
       const int key0 = entry_page(entry) * Cfg::kPage + unit_half(e) * Cfg::kKeys;
-      UnitView v{false, pos - key0, entry_count(entry, t)};
+      UnitView v{false, pos - key0, entry_count(entry, t), false};
+      v.attends = active && v.listed > 0 && v.limit >= 0;
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         const int tu = first_token + u;
@@ -601,6 +604,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
         for (int x = 0; x < 4; ++x) pa[kk][x] = attends ? pack2<kBF16>(s[8 * kk + 2 * x], s[8 * kk + 2 * x + 1]) : 0u;
       }
     };
+    // S of a unit (issued and waited for), then this warp's softmax step if its token attends the unit: P in s;
+    // returns whether O must be rescaled by `correction`.
+    auto scores_softmax = [&](uint32_t set, const UnitView& v, float (&s)[32], float (&correction)[2]) {
+      msa::cuda::wgmma_fence();
+      issue_scores(set, s);
+      msa::cuda::wgmma_wait<0>();
+      msa::cuda::wgmma_fence_operands(s);
+      return v.attends && softmax_unit(v, s, correction);
+    };
     auto release = [&](int set_index) {  // this warp is done with the unit's tiles
       __syncwarp();
       if (lane == 0) mbar_arrive(empty_bar + 8 * set_index);
@@ -614,16 +626,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
         mbar_wait(full_bar + 8 * set_index, (k / kSets) & 1);
         __syncwarp();
         if (v.group_attends) {
-          float s[32];
-          msa::cuda::wgmma_fence();
-          issue_scores(set, s);
-          msa::cuda::wgmma_wait<0>();
-          msa::cuda::wgmma_fence_operands(s);
-          const bool attends = active && v.listed > 0 && v.limit >= 0;  // warp-uniform
-          float correction[2];
-          if (attends && softmax_unit(v, s, correction)) rescale_o(correction);
+          float s[32], correction[2];
+          if (scores_softmax(set, v, s, correction)) rescale_o(correction);
           uint32_t pa[4][4];
-          pack_p(attends, s, pa);
+          pack_p(v.attends, s, pa);
           msa::cuda::wgmma_fence_operands(o);
           msa::cuda::wgmma_fence();
           issue_pv(set, pa);
@@ -648,15 +654,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
         mbar_wait(full_bar + 8 * set_index, (k / kSets) & 1);
         __syncwarp();
         if (v.group_attends) {
-          float s[32];
-          msa::cuda::wgmma_fence();
-          issue_scores(smem_base + set_index * L::kSetBytes, s);
-          msa::cuda::wgmma_wait<0>();
-          msa::cuda::wgmma_fence_operands(s);
-          const bool attends = active && v.listed > 0 && v.limit >= 0;  // warp-uniform
-          float correction[2];
-          if (attends) softmax_unit(v, s, correction);  // O is still zero: nothing to rescale
-          pack_p(attends, s, pa);
+          float s[32], correction[2];
+          scores_softmax(smem_base + set_index * L::kSetBytes, v, s, correction);  // O is zero: no rescale
+          pack_p(v.attends, s, pa);
           prev = set_index, prev_unit = k;
           ++k;
           break;
@@ -679,16 +679,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) sparse_decode_union_kernel(c
         issue_pv(smem_base + prev * L::kSetBytes, pa);
         msa::cuda::wgmma_wait<1>();
         msa::cuda::wgmma_fence_operands(s);
-        const bool attends = v.group_attends && active && v.listed > 0 && v.limit >= 0;  // warp-uniform
         float correction[2];
-        const bool rescale = attends && softmax_unit(v, s, correction);
+        const bool rescale = v.attends && softmax_unit(v, s, correction);
         msa::cuda::wgmma_wait<0>();
         msa::cuda::wgmma_fence_operands(o);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) msa::cuda::wgmma_fence_operands(pa[kk]);  // PV_prev's operands until here
         release(prev);
         if (rescale) rescale_o(correction);
-        pack_p(attends, s, pa);
+        pack_p(v.attends, s, pa);
         prev = set_index, prev_unit = k;
       }
       if (prev >= 0) {
