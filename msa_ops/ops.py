@@ -433,7 +433,12 @@ def sparse_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk: torch
         masked, pages past it nothing). ``out = softmax(sm_scale * q . k) @ v``, ``lse = log(sum(exp(sm_scale
         * q . k)))`` (natural log). NVFP4 K/V are dequantized to E4M3 first (``e4m3_rne_satfinite(e2m1 * s)``,
         as the MSA Q8KV4 kernels do); products and softmax are accumulated in fp32; ``out`` is rounded to
-        bfloat16 once.
+        bfloat16 once. On Hopper, with E4M3 ``q``, the CUDA op may compute ``q . k`` on the FP8 tensor cores
+        (the union pass by default, knob ``MSA_SPARSE_DECODE_UNION_FP8S``; the per-token kernel with
+        ``MSA_SPARSE_DECODE_SPLIT_FP8S=1``): the products are exact but each 32-product partial sum is kept at
+        reduced precision, so scores and ``lse`` are off by up to ~2^-11 relative (tests allow 1e-3 + 1e-3
+        ``|lse|``), far inside the 2^-4 rounding that E4M3 ``q`` and ``k`` already carry; ``out`` stays within
+        the SPEC's 5e-2 / cosine 0.999 bar. Knobs at 0 give fp16 products of the same E4M3 values.
         **Rows are used as given**: a well-formed row (SPEC §4: distinct pages, the local page last, then -1)
         is what :func:`index_decode` writes; a page listed twice would be attended twice.
         **No key** (a padding token with ``pos < 0``, or a row of only -1): ``out`` is 0 and ``lse`` is

@@ -8,7 +8,8 @@
 // to ceil(W / 32) when lower); MSA_SPARSE_DECODE_KERNEL=1 selects the v1 kernel (one CTA per token, no split);
 // MSA_SPARSE_DECODE_LEAN=1 the split kernel with one ring stage less and more CTAs per SM (split::Shape);
 // MSA_SPARSE_DECODE_WARPS=4|6 forces the lazy split kernel's warps per CTA (NVFP4 / E4M3; default: the rule in
-// launch_lazy_split); MSA_SPARSE_DECODE_LAZY=0 the split kernel with eager O rescaling (every growth of a row's
+// launch_lazy_split); MSA_SPARSE_DECODE_SPLIT_FP8S=0|1|2 its S by FP8 wgmma on Hopper (never / always / by the rule
+// in launch_lazy_split, the default); MSA_SPARSE_DECODE_LAZY=0 the split kernel with eager O rescaling (every growth of a row's
 // max; the default is lazy rescaling, kLazySlack; the lean ring has no lazy variant, so LEAN=1 wins when both are
 // set).
 //
@@ -81,11 +82,15 @@ LaunchStatus choose_splits(const SparseDecodeArgs& a, int units, int wave, const
 
 // One split-kernel variant, planned from host-known shapes: its CTAs resident at once (`wave`), the call's
 // (token, KV head, 16-head block) units and the split count.
-template <KvKind kKv, bool kLean, bool kLazy, int kWarps = split::Cfg::kWarps>
+// kFp8S: S by FP8 wgmma (split::sparse_decode_split_kernel), 4 CTAs per SM for NVFP4 (<= 128 registers), 3 for E4M3
+// (its 4-stage ring).
+template <KvKind kKv, bool kLean, bool kLazy, int kWarps = split::Cfg::kWarps, bool kFp8S = false>
 struct SplitPlan {
   using S = split::Shape<kKv, kLean, kWarps>;
-  static constexpr auto kernel = split::sparse_decode_split_kernel<kKv, S::kStages, S::kMinBlocks, kLazy, kWarps>;
-  static constexpr int kSmem = split::Layout<kKv, S::kStages, kWarps>::kSmemBytes;
+  static constexpr int kMinBlocks = kFp8S ? (kKv == KvKind::kNvfp4 ? 4 : 3) : S::kMinBlocks;
+  static constexpr auto kernel =
+      split::sparse_decode_split_kernel<kKv, S::kStages, kMinBlocks, kLazy, kWarps, kFp8S>;
+  static constexpr int kSmem = split::Layout<kKv, S::kStages, kWarps, kFp8S>::kSmemBytes;
   static constexpr int kThreads = 32 * kWarps;
   int wave = 0, units = 0, splits = 1;
 
@@ -121,9 +126,32 @@ LaunchStatus launch_split(const SparseDecodeArgs& a, cudaStream_t stream) {
 // 40.0; 64/4 B2 N32K FP8 18.7 -> 17.0 (2 splits of 8 slots instead of 4 of 4: not all of the 6-warp kernel's 4-CTA
 // clusters fit at once); 64/4 B4 N32K even. More than one wave: 64/4 B32 N100K 134.5 -> 141.9, B128 N200K 496.8 ->
 // 529.3. 4 slots per CTA (4 splits instead of 8): 64/4 B1 N32K 13.9 -> 15.8, 16/1 B4 N32K 13.9 -> 15.6.
+// MSA_SPARSE_DECODE_SPLIT_FP8S (Hopper; NVFP4 / E4M3): 1 the 4-warp kernel with S^T = K Q^T by FP8 wgmma, 0 never,
+// 2 (default) by split_fp8s_pays, ahead of the 6-warp rule and only while MSA_SPARSE_DECODE_WARPS is left to its rule.
+// Measured on the H200 (2026-12-04, Q = 8, µs, FP8 S off -> on, one build): NVFP4 64/4 B32 N50K 133.7 -> 128.1,
+// B32 N100K 134.5 -> 128.8, B64 N50K 255.6 -> 243.1, B128 N200K 497.3 -> 471.3, 16/1 B64 N50K 75.2 -> 68.9, B128
+// N200K 133.7 -> 128.1; but 16/1 B32 N100K 40.0 -> 41.6, 64/4 B8 N100K 40.1 -> 41.7, B4 N32K 25.9 -> 26.4, B1 N32K
+// 14.0 -> 14.3. E4M3 64/4 B4 N32K 24.8 -> 23.0, B8 N100K 40.0 -> 38.4, B32 N100K 143.9 -> 140.9, 16/1 B32 N100K
+// 40.0 -> 38.5, B64 N50K 83.7 -> 70.9; but 16/1 B8 N100K 17.3 -> 18.9, 64/4 B2 N32K 16.9 -> 18.8, B1 N32K 13.3 ->
+// 14.1. Hence FP8 S from 512 (token, KV head, 16-head block) units for NVFP4 (64/4 B16, 16/1 B64 at Q = 8) and from
+// 128 for E4M3 (64/4 B4, 16/1 B16): below that its per-CTA overhead (q tile, transposes) outweighs the residency.
+bool split_fp8s_pays(const SparseDecodeArgs& a, int units) {
+  return units >= (a.kv_kind == KvKind::kNvfp4 ? 512 : 128);
+}
+
 template <KvKind kKv>
 LaunchStatus launch_lazy_split(const SparseDecodeArgs& a, cudaStream_t stream) {
+  const int fp8s_knob = msa::cuda::env_choice("MSA_SPARSE_DECODE_SPLIT_FP8S", {0, 1, 2}, 2);
   const int warps = msa::cuda::env_choice("MSA_SPARSE_DECODE_WARPS", {0, 4, 6}, 0);
+  if (fp8s_knob == 1 || (fp8s_knob == 2 && warps == 0)) {
+    msa::cuda::DeviceInfo device;  // wgmma: Hopper only
+    if (msa::cuda::current_device_info(device).is_ok() && device.cc_major == 9) {
+      SplitPlan<kKv, false, true, split::Cfg::kWarps, true> fp8s;
+      const LaunchStatus planned = fp8s.plan(a);
+      if (!planned.is_ok()) return planned;
+      if (fp8s_knob == 1 || split_fp8s_pays(a, fp8s.units)) return fp8s.launch(a, stream);
+    }
+  }
   if (warps != 4) {
     SplitPlan<kKv, false, true, 6> six;
     const LaunchStatus planned = six.plan(a);
@@ -202,8 +230,11 @@ LaunchStatus launch_union_variant(const SparseDecodeArgs& a, cudaStream_t stream
 // token attends every unit: the consumers' work), so NVFP4 takes it for page tables <= 16 pages. BF16 cannot: its
 // producers hand a unit over only after issuing the loads of the unit two later, so a consumer may not hold a unit's
 // tiles while it waits for another (the kernel's static_assert). MSA_SPARSE_DECODE_UNION_PIPE=0|1 forces it off / on
-// (on is ignored for BF16). MSA_SPARSE_DECODE_UNION_FP8S=1 (NVFP4 / E4M3; default 0): S by FP8 wgmma, written in
-// session 14 and compiled only: not run on a GPU yet.
+// (on is ignored for BF16). MSA_SPARSE_DECODE_UNION_FP8S (NVFP4 / E4M3; default 1): S by FP8 wgmma (0: fp16 wgmma on
+// the widened K tile). Measured on the H200 (2026-12-04, 64/4 Q = 8, µs, 0 -> 1): NVFP4 B128 N4000 397.0 -> 346.5,
+// N5000 469.1 -> 407.4, B64 N4000 215.9 -> 187.8, B128 N1000 133.5 -> 117.0; FP8 B128 N4000 352.5 -> 308.7, B64 N4000
+// 192.9 -> 169.3, B128 N1000 126.6 -> 112.6. Scores (and the LSE) then carry the FP8 MMA's reduced-precision sums,
+// ~2^-11 relative (ops.py).
 template <KvKind kKv>
 LaunchStatus launch_union(const SparseDecodeArgs& a, cudaStream_t stream) {
   constexpr bool kCanPipe = !page_union::Layout<kKv>::kDirect;
@@ -211,7 +242,7 @@ LaunchStatus launch_union(const SparseDecodeArgs& a, cudaStream_t stream) {
   const int knob = env_choice("MSA_SPARSE_DECODE_UNION_PIPE", {0, 1, 2}, 2);
   const bool pipe = knob == 2 ? kKv == KvKind::kE4M3 || (kKv == KvKind::kNvfp4 && a.max_pages <= 16) : knob == 1;
   if constexpr (kKv != KvKind::kBF16) {
-    if (env_choice("MSA_SPARSE_DECODE_UNION_FP8S", {0, 1}, 0) == 1) {
+    if (env_choice("MSA_SPARSE_DECODE_UNION_FP8S", {0, 1}, 1) == 1) {
       if (pipe) return launch_union_variant<kKv, true, true>(a, stream);
       return launch_union_variant<kKv, false, true>(a, stream);
     }

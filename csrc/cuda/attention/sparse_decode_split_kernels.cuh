@@ -34,6 +34,7 @@
 #include "cuda/common/mma.cuh"
 #include "cuda/common/nvfp4.cuh"
 #include "cuda/common/trace.cuh"
+#include "cuda/common/wgmma.cuh"
 #include "cuda/index/index_stream_kernels.cuh"  // the Q8KV4 decode: fill_product_tables, e2m1x8_to_e4m3x8
 
 namespace msa::attention::split {
@@ -109,7 +110,7 @@ struct Shape {
                                                                     : 3;
 };
 
-template <KvKind kKv, int kStages, int kWarps = Cfg::kWarps>
+template <KvKind kKv, int kStages, int kWarps = Cfg::kWarps, bool kQTile = false>
 struct Layout {
   using F = Fmt<kKv>;
   static constexpr int kOTileBytes = Cfg::kRows * Cfg::kORow * 4;
@@ -128,7 +129,12 @@ struct Layout {
   // the rest of the cluster merge: each sender's (m, l) of this CTA's rows, each sender's broken flag, the merged
   // (m, l) of those rows and the merged flag
   static constexpr int kCrossOff = kMergedOOff + Cfg::kRows * Cfg::kORow * 4;
-  static constexpr int kSmemBytes = kCrossOff + (4 * Cfg::kRows + Cfg::kMaxSplits + 4) * 4;
+  static constexpr int kCrossEnd = kCrossOff + (4 * Cfg::kRows + Cfg::kMaxSplits + 4) * 4;
+  // FP8 S (kQTile): the query tile, the B operand of S^T = K Q^T, [2 head groups][8 16-byte K chunks][8 heads][16 B]
+  // (no swizzle; see fp8s_dim_base for the dims of each byte).
+  static constexpr int kQTileOff = (kCrossEnd + 127) / 128 * 128;
+  static constexpr int kQTileBytes = Cfg::kRows * Cfg::kDim;
+  static constexpr int kSmemBytes = kQTile ? kQTileOff + kQTileBytes : kCrossEnd;
   static_assert(Cfg::kRows * Cfg::kORow >= Cfg::kRows * Cfg::kDim, "the pushed values fit the O tile");
 };
 
@@ -541,6 +547,57 @@ __device__ __forceinline__ void value_fragments(const uint8_t* stage, const uint
   }
 }
 
+// ---- FP8 S: S^T = K Q^T by wgmma (one warpgroup per CTA) -------------------------------------------------
+//
+// The keys are the M of the MMA (each warp's 16 chunk keys are its 16 rows: A from registers, the E4M3 bytes of the
+// Q8KV4 dequant or of the E4M3 cache, no widening to fp16), the 16 query heads its N (B = the q tile in shared
+// memory, E4M3 as given): wgmma m64n16k32 e4m3, 4 k-steps over the 128 dims. Hopper's FP8 MMA sums the 32 products
+// of a k-step at reduced precision (~2^-11 relative of the score measured in the union pass; E4M3 q and K already
+// carry 2^-4). S^T comes back with the keys as rows, so the softmax keeps per-thread statistics of 4 heads (2 quad,
+// 2 quad + 1, + 8) and P is transposed into the A fragments of P V with movmatrix (fp16). The O accumulators, the
+// P V product and the merges are the split kernel's.
+
+// First of the 4 dims of A-word u (0..7: k-step u / 2, first (even u) or second half of its k) of a thread `quad`
+// for each of its two keys: the bytes it already holds (NVFP4: decoded word u / 2, codes 4 (u % 2) + [0, 4);
+// E4M3: word u % 4 of piece u / 4). The q tile puts the same dims at the same k.
+template <KvKind kKv>
+__host__ __device__ constexpr int fp8s_dim_base(int quad, int u) {
+  return kKv == KvKind::kNvfp4 ? 32 * quad + 4 * u : 64 * (u >> 2) + 16 * quad + 4 * (u & 3);
+}
+
+// The wgmma A fragments of a landed chunk: ka[k-step] = {key g8 half 0, key g8 + 8 half 0, key g8 half 1, key g8 + 8
+// half 1} (4 E4M3 bytes each).
+template <KvKind kKv>
+__device__ __forceinline__ void key_fragments_fp8(const uint8_t* stage, const uint2* tables, uint32_t (&ka)[4][4]) {
+  using F = Fmt<kKv>;
+  const int lane = threadIdx.x & 31, g8 = lane >> 2, quad = lane & 3;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {  // key g8 + 8 i
+    if constexpr (kKv == KvKind::kNvfp4) {
+      const uint4 c = *reinterpret_cast<const uint4*>(stage + F::kKOff + (i * 32 + lane) * 16);
+      const uint8_t* scale = stage + F::kKsOff + 8 * (g8 + 8 * i) + 2 * quad;
+      const uint2 table[2] = {tables[scale_byte(scale)], tables[scale_byte(scale + 1)]};
+      const uint32_t words[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {  // A-words 2 s (codes 0-3), 2 s + 1 (codes 4-7)
+        const uint2 t = table[s >> 1];
+        index::e2m1x8_to_e4m3x8(words[s], t.x, t.y, ka[s][i], ka[s][i + 2]);
+      }
+    } else {
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        const uint4 c = *reinterpret_cast<const uint4*>(stage + F::kKOff + 16 * piece_slot(i * 2 + p, lane));
+        const uint32_t words[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          const int u = 4 * p + w;
+          ka[u >> 1][i + 2 * (u & 1)] = words[w];
+        }
+      }
+    }
+  }
+}
+
 // Position of (n-tile j, column half h, quad) in the fragment-ordered merge tiles: 8 j + 4 h + quad.
 template <KvKind kKv>
 __device__ __forceinline__ int dim_of_position(int p) {
@@ -558,14 +615,16 @@ __device__ __forceinline__ int dim_of_position(int p) {
 // BF16 within 1 %.
 constexpr float kLazySlack = 8.0f;
 
-template <KvKind kKv, int kStages, int kMinBlocks, bool kLazy, int kWarps = Cfg::kWarps>
+// kFp8S: S^T = K Q^T by FP8 wgmma (key_fragments_fp8; NVFP4 / E4M3, 4 warps, lazy rescaling).
+template <KvKind kKv, int kStages, int kMinBlocks, bool kLazy, int kWarps = Cfg::kWarps, bool kFp8S = false>
 __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     sparse_decode_split_kernel(const SparseDecodeArgs a, int splits) {
+  static_assert(!kFp8S || (kKv != KvKind::kBF16 && kWarps == 4 && kLazy), "FP8 S: NVFP4 / E4M3, one warpgroup, lazy");
   MSA_TRACE(2, 0);
   msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
   MSA_TRACE(2, 1);
   using F = Fmt<kKv>;
-  using L = Layout<kKv, kStages, kWarps>;
+  using L = Layout<kKv, kStages, kWarps, kFp8S>;
   constexpr int kThreads = 32 * kWarps;
   constexpr bool kBF16 = kKv == KvKind::kBF16;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -588,6 +647,19 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   const int pos = a.seq_lens[b] - a.q_len + t % a.q_len;
   const int local = pos >= 0 ? pos / Cfg::kPage : -1;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g8 = lane >> 2, quad = lane & 3;
+  // FP8 S: thread x loads the 16 bytes of q-tile chunk x % 8 of head x / 8 (k-step c / 2, half c % 2: A-word
+  // u = c of every quad), stored after the first chunk loads are issued.
+  uint32_t q_tile_words[4] = {0u, 0u, 0u, 0u};
+  if constexpr (kFp8S) {
+    const int n = threadIdx.x >> 3, chunk = threadIdx.x & 7;
+    if (n < rows) {
+      const uint8_t* src = static_cast<const uint8_t*>(a.q) + int64_t(t) * a.q_stride_t + int64_t(head0 + n) * a.q_stride_h;
+#pragma unroll
+      for (int qd = 0; qd < 4; ++qd) {
+        q_tile_words[qd] = __ldg(reinterpret_cast<const uint32_t*>(src + fp8s_dim_base<kKv>(qd, chunk)));
+      }
+    }
+  }
 
   if constexpr (kKv == KvKind::kNvfp4) index::fill_product_tables(tables);  // per scale byte: 8 E4M3 values
 
@@ -610,9 +682,17 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   }
 
   // Query fragments (A of S), dims permuted like the keys: qa[t] = rows g / g + 8, dims 32 quad + 4 t + [0, 4).
+  // FP8 S: the q tile instead (B of S^T), published to the async proxy before the first wgmma.
   uint32_t qa[8][4];
+  if constexpr (kFp8S) {
+    const int n = threadIdx.x >> 3, chunk = threadIdx.x & 7;
+    *reinterpret_cast<uint4*>(smem + L::kQTileOff + (n >> 3) * 1024 + chunk * 128 + (n & 7) * 16) =
+        make_uint4(q_tile_words[0], q_tile_words[1], q_tile_words[2], q_tile_words[3]);
+    msa::cuda::fence_proxy_async_shared();
+    __syncthreads();
+  }
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < (kFp8S ? 0 : 2); ++h) {
     const int r = g8 + 8 * h;
     const uint8_t* src = static_cast<const uint8_t*>(a.q) +
                          (int64_t(t) * a.q_stride_t + int64_t(head0 + r) * a.q_stride_h) * F::kElem;
@@ -653,6 +733,115 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   // E4M3 / BF16 lanes load each other's fragments: sync before refilling the stage read last iteration and
   // after a stage lands (cp.async.wait_group covers only the thread's own copies).
   constexpr bool kShared = kKv != KvKind::kNvfp4;
+  if constexpr (kFp8S) {
+    // The warpgroup's wgmma is collective: every warp runs warp 0's chunk count (the most), a warp past its own
+    // chunks with zero A fragments and no softmax / P V.
+    const int steps = slots.total > 0 ? (slots.total + kWarps - 1) / kWarps : 0;
+    const uint32_t q_tile = msa::cuda::smem_u32(smem + L::kQTileOff);
+    // Per thread, heads hh = 0..3: 2 quad, 2 quad + 1, 2 quad + 8, 2 quad + 9 (accumulator d[4 j + x]: head
+    // 8 j + 2 quad + x % 2, key g8 + 8 (x / 2)); m4 is uniform over the 8 lanes of a quad, l4 sums this thread's keys.
+    float m4[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int i = 0; i < steps; ++i) {
+      const bool has = i < mine;
+      const int ahead = i + kStages - 1;
+      if constexpr (kShared) __syncwarp();
+      if (ahead < mine) {
+        issue_chunk<kKv>(a, pages, chunk_ref(slots, warp + kWarps * ahead), off,
+                         ring_addr + (ahead % kStages) * F::kStageBytes);
+      }
+      cp_async_commit();
+      cp_async_wait<kStages - 1>();
+      if constexpr (kShared) __syncwarp();
+      if (i == 0) MSA_TRACE(2, 3);
+      const uint8_t* stage = ring + (i % kStages) * F::kStageBytes;
+      uint32_t ka[4][4] = {};
+      if (has) key_fragments_fp8<kKv>(stage, tables, ka);
+      float sacc[8];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) asm volatile("" : "+r"(ka[kk][x]));
+      msa::cuda::wgmma_fence_operands(sacc);
+      msa::cuda::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        msa::cuda::wgmma_m64n16k32_e4m3(sacc, ka[kk], msa::cuda::wgmma_desc_interleave(q_tile + 256 * kk, 128, 1024),
+                                        kk > 0);
+      }
+      msa::cuda::wgmma_commit();
+      msa::cuda::wgmma_wait<0>();
+      msa::cuda::wgmma_fence_operands(sacc);
+      if (!has) continue;
+      const ChunkRef c = chunk_ref(slots, warp + kWarps * i);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sacc[e] *= a.sm_scale_log2;
+      if (c.visible - c.key0 < Cfg::kChunk) {  // warp-uniform: only the last chunk of a local page has dead keys
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          if (c.key0 + g8 + 8 * ((e >> 1) & 1) >= c.visible) sacc[e] = -INFINITY;
+        }
+      }
+      // Lazy rescaling as in the plain loop; a chunk changes a head's reference max only when one of its scores
+      // passes it by more than the slack, so the common chunk needs no max reduction at all.
+      bool grows = false;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) grows |= sacc[e] > m4[2 * (e >> 2) + (e & 1)] + kLazySlack;
+      if (__any_sync(0xFFFFFFFFu, grows)) {
+        float correction[4];
+#pragma unroll
+        for (int hh = 0; hh < 4; ++hh) {
+          const int e = 4 * (hh >> 1) + (hh & 1);
+          float chunk_max = fmaxf(sacc[e], sacc[e + 2]);
+#pragma unroll
+          for (int d = 4; d < 32; d *= 2) chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xFFFFFFFFu, chunk_max, d));
+          const float new_max = fmaxf(m4[hh], chunk_max);
+          correction[hh] = fast_exp2(m4[hh] - new_max);
+          m4[hh] = new_max;
+          l4[hh] *= correction[hh];
+        }
+        // O rows g8 and g8 + 8 are heads hh = g8 % 2 and 2 + g8 % 2 of lane g8 / 2 (quad g8 / 2).
+        float from[4];
+#pragma unroll
+        for (int hh = 0; hh < 4; ++hh) from[hh] = __shfl_sync(0xFFFFFFFFu, correction[hh], g8 >> 1);
+        const float c0 = (g8 & 1) ? from[1] : from[0], c1 = (g8 & 1) ? from[3] : from[2];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          o[j][0] *= c0, o[j][1] *= c0;
+          o[j][2] *= c1, o[j][3] *= c1;
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int hh = 2 * (e >> 2) + (e & 1);
+        sacc[e] = fast_exp2(sacc[e] - m4[hh]);  // dead keys: ex2(-inf) = 0
+        l4[hh] += sacc[e];
+      }
+      // P^T blocks (keys x heads, 8 x 8) transposed into the m16n8k16 A fragments of P (heads x keys).
+      using msa::cuda::movmatrix_trans;
+      const uint32_t pa[4] = {movmatrix_trans(pack2<false>(sacc[0], sacc[1])),   // heads 0-7, keys 0-7
+                              movmatrix_trans(pack2<false>(sacc[4], sacc[5])),   // heads 8-15, keys 0-7
+                              movmatrix_trans(pack2<false>(sacc[2], sacc[3])),   // heads 0-7, keys 8-15
+                              movmatrix_trans(pack2<false>(sacc[6], sacc[7]))};  // heads 8-15, keys 8-15
+      uint32_t vb[16][2];
+      value_fragments<kKv>(stage, tables, vb);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) msa::cuda::mma_m16n8k16<false>(o[j], pa, vb[j][0], vb[j][1]);
+    }
+    // Statistics into the O layout (rows g8, g8 + 8): sums over the 8 lanes of a quad, then from lane g8 / 2.
+#pragma unroll
+    for (int hh = 0; hh < 4; ++hh) {
+#pragma unroll
+      for (int d = 4; d < 32; d *= 2) l4[hh] += __shfl_xor_sync(0xFFFFFFFFu, l4[hh], d);
+    }
+    float m_from[4], l_from[4];
+#pragma unroll
+    for (int hh = 0; hh < 4; ++hh) {
+      m_from[hh] = __shfl_sync(0xFFFFFFFFu, m4[hh], g8 >> 1);
+      l_from[hh] = __shfl_sync(0xFFFFFFFFu, l4[hh], g8 >> 1);
+    }
+    row_max[0] = (g8 & 1) ? m_from[1] : m_from[0], row_max[1] = (g8 & 1) ? m_from[3] : m_from[2];
+    row_sum[0] = (g8 & 1) ? l_from[1] : l_from[0], row_sum[1] = (g8 & 1) ? l_from[3] : l_from[2];
+  } else  // the plain loop: S = Q K^T by mma.sync, fp16 (bf16)
   for (int i = 0; i < mine; ++i) {
     const int ahead = i + kStages - 1;
     if constexpr (kShared) __syncwarp();
@@ -747,7 +936,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   cp_async_wait<0>();
   MSA_TRACE(2, 4);  // warp 0's chunks done
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < (kFp8S ? 0 : 2); ++h) {  // FP8 S: summed over the lanes already
     row_sum[h] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[h], 1);
     row_sum[h] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[h], 2);
   }

@@ -44,6 +44,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t row
                : "r"(row_address));
 }
 
+// One 8x8 b16 matrix transposed across the warp (sm_75+): lane l gives (row l / 4, columns 2 (l % 4) + {0, 1})
+// and gets the same element pair of the transpose.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
 __device__ __forceinline__ void st_shared16(uint32_t address, uint4 v) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");

@@ -1,6 +1,6 @@
 // Warpgroup MMA (wgmma, sm_90a only) building blocks: shared-memory matrix descriptors and the m64nNk16 forms
-// with A from registers that the kernels use (fp16 or bf16 operands, fp32 accumulators, N = 8..128), and one
-// m64n64k32 E4M3 form. Include only from code compiled for sm_90a (guard with MSA_WGMMA).
+// with A from registers that the kernels use (fp16 or bf16 operands, fp32 accumulators, N = 8..128), and the
+// m64n64k32 / m64n16k32 E4M3 forms. Include only from code compiled for sm_90a (guard with MSA_WGMMA).
 #pragma once
 
 #include <cstdint>
@@ -54,6 +54,16 @@ __device__ __forceinline__ void setmaxnreg_dec() {
   static_assert(kRegs % 8 == 0 && kRegs >= 24 && kRegs <= 256);
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
+#else
+// Other targets (and the host pass): kernels that also build there keep their wgmma paths behind `if constexpr`
+// and launch them on Hopper only; reaching one elsewhere traps.
+__device__ __forceinline__ void wgmma_fence() { __trap(); }
+__device__ __forceinline__ void wgmma_commit() { __trap(); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  __trap();
+}
+__device__ __forceinline__ void fence_proxy_async_shared() { __trap(); }
 #endif
 
 // Keeps the compiler from moving accumulator reads or writes across a wgmma fence / wait.
@@ -142,6 +152,23 @@ __device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], const uint3
                "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " MSA_WGMMA_D32
                ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
                : MSA_WGMMA_OUT32(d)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
+#else
+  (void)d, (void)a, (void)b_desc, (void)accumulate;
+  __trap();
+#endif
+}
+
+// D (64 x 16, fp32, laid out as in wgmma_m64k16: d[4 j + x] for n-tile j) (+)= A B with E4M3 operands, K = 32: A as
+// in wgmma_m64n64k32_e4m3 (per warp the m16n8k32 8-bit A fragment of its 16 rows), B = 32 x 16 K-major through
+// `b_desc`. Same reduced-precision accumulation of the 32 products.
+__device__ __forceinline__ void wgmma_m64n16k32_e4m3(float (&d)[8], const uint32_t (&a)[4], uint64_t b_desc,
+                                                     int accumulate) {
+#if MSA_WGMMA
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 " MSA_WGMMA_D8
+               ", {%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
+               : MSA_WGMMA_OUT8(d)
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
 #else
   (void)d, (void)a, (void)b_desc, (void)accumulate;
