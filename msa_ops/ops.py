@@ -434,8 +434,8 @@ def sparse_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk: torch
         * q . k)))`` (natural log). NVFP4 K/V are dequantized to E4M3 first (``e4m3_rne_satfinite(e2m1 * s)``,
         as the MSA Q8KV4 kernels do); products and softmax are accumulated in fp32; ``out`` is rounded to
         bfloat16 once. On Hopper, with E4M3 ``q``, the CUDA op may compute ``q . k`` on the FP8 tensor cores
-        (the union pass by default, knob ``MSA_SPARSE_DECODE_UNION_FP8S``; the per-token kernel with
-        ``MSA_SPARSE_DECODE_SPLIT_FP8S=1``): the products are exact but each 32-product partial sum is kept at
+        (the union pass by default, knob ``MSA_SPARSE_DECODE_UNION_FP8S``; the per-token kernel on multi-wave
+        grids by default, knob ``MSA_SPARSE_DECODE_SPLIT_FP8S``): the products are exact but each 32-product partial sum is kept at
         reduced precision, so scores and ``lse`` are off by up to ~2^-11 relative (tests allow 1e-3 + 1e-3
         ``|lse|``), far inside the 2^-4 rounding that E4M3 ``q`` and ``k`` already carry; ``out`` stays within
         the SPEC's 5e-2 / cosine 0.999 bar. Knobs at 0 give fp16 products of the same E4M3 values.

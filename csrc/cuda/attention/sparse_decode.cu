@@ -82,15 +82,17 @@ LaunchStatus choose_splits(const SparseDecodeArgs& a, int units, int wave, const
 
 // One split-kernel variant, planned from host-known shapes: its CTAs resident at once (`wave`), the call's
 // (token, KV head, 16-head block) units and the split count.
-// kFp8S: S by FP8 wgmma (split::sparse_decode_split_kernel), 4 CTAs per SM for NVFP4 (<= 128 registers), 3 for E4M3
-// (its 4-stage ring).
-template <KvKind kKv, bool kLean, bool kLazy, int kWarps = split::Cfg::kWarps, bool kFp8S = false>
+// kFp8S: S by FP8 wgmma (split::sparse_decode_split_kernel): 1 waiting for it at once, 4 CTAs per SM for NVFP4
+// (<= 128 registers), 3 for E4M3 (its 4-stage ring); 2 leaving it in flight over the previous chunk's P V, 3 CTAs
+// per SM (the wgmma's operands stay live across it).
+template <KvKind kKv, bool kLean, bool kLazy, int kWarps = split::Cfg::kWarps, int kFp8S = 0>
 struct SplitPlan {
   using S = split::Shape<kKv, kLean, kWarps>;
-  static constexpr int kMinBlocks = kFp8S ? (kKv == KvKind::kNvfp4 ? 4 : 3) : S::kMinBlocks;
+  static constexpr int kMinBlocks =
+      kFp8S == 1 ? (kKv == KvKind::kNvfp4 ? 4 : 3) : kFp8S == 2 ? 3 : S::kMinBlocks;
   static constexpr auto kernel =
       split::sparse_decode_split_kernel<kKv, S::kStages, kMinBlocks, kLazy, kWarps, kFp8S>;
-  static constexpr int kSmem = split::Layout<kKv, S::kStages, kWarps, kFp8S>::kSmemBytes;
+  static constexpr int kSmem = split::Layout<kKv, S::kStages, kWarps, (kFp8S > 0)>::kSmemBytes;
   static constexpr int kThreads = 32 * kWarps;
   int wave = 0, units = 0, splits = 1;
 
@@ -133,10 +135,25 @@ LaunchStatus launch_split(const SparseDecodeArgs& a, cudaStream_t stream) {
 // N200K 133.7 -> 128.1; but 16/1 B32 N100K 40.0 -> 41.6, 64/4 B8 N100K 40.1 -> 41.7, B4 N32K 25.9 -> 26.4, B1 N32K
 // 14.0 -> 14.3. E4M3 64/4 B4 N32K 24.8 -> 23.0, B8 N100K 40.0 -> 38.4, B32 N100K 143.9 -> 140.9, 16/1 B32 N100K
 // 40.0 -> 38.5, B64 N50K 83.7 -> 70.9; but 16/1 B8 N100K 17.3 -> 18.9, 64/4 B2 N32K 16.9 -> 18.8, B1 N32K 13.3 ->
-// 14.1. Hence FP8 S from 512 (token, KV head, 16-head block) units for NVFP4 (64/4 B16, 16/1 B64 at Q = 8) and from
-// 128 for E4M3 (64/4 B4, 16/1 B16): below that its per-CTA overhead (q tile, transposes) outweighs the residency.
+// 14.1. Where a request's tokens share pages (E4M3 64/4 N5000, 49 pages: B32 113.4 -> 127.4, B64 214.5 -> 248.5,
+// B128 402.3 -> 486.6; B64 N10000, 98 pages: 238.4 in session 14 -> 249.0) the fp16-S kernel gains from the L2
+// hits and the FP8-S one, its warpgroup in lockstep at every wgmma wait, does not. Hence FP8 S from 512 (token, KV
+// head, 16-head block) units for NVFP4 (64/4 B16, 16/1 B64 at Q = 8) and from 128 for E4M3 (64/4 B4, 16/1 B16)
+// with a page table wider than one request's TopK slots (Q x W pages). NVFP4 at N 5000-10000 not measured with it.
 bool split_fp8s_pays(const SparseDecodeArgs& a, int units) {
-  return units >= (a.kv_kind == KvKind::kNvfp4 ? 512 : 128);
+  if (a.kv_kind == KvKind::kNvfp4) return units >= 512;
+  return units >= 128 && a.max_pages > a.q_len * a.topk_width;
+}
+
+// Plans the FP8-S split kernel and launches it when `forced` or when its rule pays; false when it did not (the
+// caller picks another kernel), else `status` holds the plan's or the launch's outcome.
+template <KvKind kKv, int kFp8S>
+bool try_fp8s(const SparseDecodeArgs& a, cudaStream_t stream, bool forced, LaunchStatus& status) {
+  SplitPlan<kKv, false, true, split::Cfg::kWarps, kFp8S> fp8s;
+  status = fp8s.plan(a);
+  if (status.is_ok() && !forced && !split_fp8s_pays(a, fp8s.units)) return false;
+  if (status.is_ok()) status = fp8s.launch(a, stream);
+  return true;
 }
 
 template <KvKind kKv>
@@ -146,10 +163,13 @@ LaunchStatus launch_lazy_split(const SparseDecodeArgs& a, cudaStream_t stream) {
   if (fp8s_knob == 1 || (fp8s_knob == 2 && warps == 0)) {
     msa::cuda::DeviceInfo device;  // wgmma: Hopper only
     if (msa::cuda::current_device_info(device).is_ok() && device.cc_major == 9) {
-      SplitPlan<kKv, false, true, split::Cfg::kWarps, true> fp8s;
-      const LaunchStatus planned = fp8s.plan(a);
-      if (!planned.is_ok()) return planned;
-      if (fp8s_knob == 1 || split_fp8s_pays(a, fp8s.units)) return fp8s.launch(a, stream);
+      LaunchStatus status;
+      // MSA_SPARSE_DECODE_SPLIT_FP8S_PIPE=1: the wgmma left in flight over the previous chunk's P V (not yet run)
+      const bool pipe = msa::cuda::env_choice("MSA_SPARSE_DECODE_SPLIT_FP8S_PIPE", {0, 1}, 0) == 1;
+      if (pipe ? try_fp8s<kKv, 2>(a, stream, fp8s_knob == 1, status)
+               : try_fp8s<kKv, 1>(a, stream, fp8s_knob == 1, status)) {
+        return status;
+      }
     }
   }
   if (warps != 4) {

@@ -615,16 +615,94 @@ __device__ __forceinline__ int dim_of_position(int p) {
 // BF16 within 1 %.
 constexpr float kLazySlack = 8.0f;
 
-// kFp8S: S^T = K Q^T by FP8 wgmma (key_fragments_fp8; NVFP4 / E4M3, 4 warps, lazy rescaling).
-template <KvKind kKv, int kStages, int kMinBlocks, bool kLazy, int kWarps = Cfg::kWarps, bool kFp8S = false>
+// FP8 S: issues (and commits, without waiting) S^T = K Q^T of the warpgroup's 64 keys, this warp's 16 from `stage`
+// (zero A fragments when the warp has no chunk: the wgmma is collective). `ka` must stay untouched until the wait.
+template <KvKind kKv>
+__device__ __forceinline__ void fp8s_issue_scores(const uint8_t* stage, const uint2* tables, bool has, uint32_t q_tile,
+                                                  uint32_t (&ka)[4][4], float (&sacc)[8]) {
+  if (has) key_fragments_fp8<kKv>(stage, tables, ka);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) asm volatile("" : "+r"(ka[kk][x]));
+  msa::cuda::wgmma_fence_operands(sacc);
+  msa::cuda::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    msa::cuda::wgmma_m64n16k32_e4m3(sacc, ka[kk], msa::cuda::wgmma_desc_interleave(q_tile + 256 * kk, 128, 1024),
+                                    kk > 0);
+  }
+  msa::cuda::wgmma_commit();
+}
+
+// FP8 S: chunk `c`'s softmax from its S^T accumulator (per thread heads hh = 0..3: 2 quad, 2 quad + 1, 2 quad + 8,
+// 2 quad + 9; accumulator d[4 j + x]: head 8 j + 2 quad + x % 2, key g8 + 8 (x / 2)), lazy rescaling of O, and P as
+// the m16n8k16 A fragments of P V. m4 is uniform over the 8 lanes of a quad, l4 sums this thread's keys.
+__device__ __forceinline__ void fp8s_softmax(float (&sacc)[8], const ChunkRef& c, float sm_scale_log2, int g8,
+                                             float (&m4)[4], float (&l4)[4], float (&o)[16][4], uint32_t (&pa)[4]) {
+#pragma unroll
+  for (int e = 0; e < 8; ++e) sacc[e] *= sm_scale_log2;
+  if (c.visible - c.key0 < Cfg::kChunk) {  // warp-uniform: only the last chunk of a local page has dead keys
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      if (c.key0 + g8 + 8 * ((e >> 1) & 1) >= c.visible) sacc[e] = -INFINITY;
+    }
+  }
+  // Lazy rescaling as in the plain loop; a chunk changes a head's reference max only when one of its scores passes
+  // it by more than the slack, so the common chunk needs no max reduction at all.
+  bool grows = false;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) grows |= sacc[e] > m4[2 * (e >> 2) + (e & 1)] + kLazySlack;
+  if (__any_sync(0xFFFFFFFFu, grows)) {
+    float correction[4];
+#pragma unroll
+    for (int hh = 0; hh < 4; ++hh) {
+      const int e = 4 * (hh >> 1) + (hh & 1);
+      float chunk_max = fmaxf(sacc[e], sacc[e + 2]);
+#pragma unroll
+      for (int d = 4; d < 32; d *= 2) chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xFFFFFFFFu, chunk_max, d));
+      const float new_max = fmaxf(m4[hh], chunk_max);
+      correction[hh] = fast_exp2(m4[hh] - new_max);
+      m4[hh] = new_max;
+      l4[hh] *= correction[hh];
+    }
+    // O rows g8 and g8 + 8 are heads hh = g8 % 2 and 2 + g8 % 2 of lane g8 / 2 (quad g8 / 2).
+    float from[4];
+#pragma unroll
+    for (int hh = 0; hh < 4; ++hh) from[hh] = __shfl_sync(0xFFFFFFFFu, correction[hh], g8 >> 1);
+    const float c0 = (g8 & 1) ? from[1] : from[0], c1 = (g8 & 1) ? from[3] : from[2];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      o[j][0] *= c0, o[j][1] *= c0;
+      o[j][2] *= c1, o[j][3] *= c1;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const int hh = 2 * (e >> 2) + (e & 1);
+    sacc[e] = fast_exp2(sacc[e] - m4[hh]);  // dead keys: ex2(-inf) = 0
+    l4[hh] += sacc[e];
+  }
+  // P^T blocks (keys x heads, 8 x 8) transposed into the m16n8k16 A fragments of P (heads x keys).
+  using msa::cuda::movmatrix_trans;
+  pa[0] = movmatrix_trans(pack2<false>(sacc[0], sacc[1]));  // heads 0-7, keys 0-7
+  pa[1] = movmatrix_trans(pack2<false>(sacc[4], sacc[5]));  // heads 8-15, keys 0-7
+  pa[2] = movmatrix_trans(pack2<false>(sacc[2], sacc[3]));  // heads 0-7, keys 8-15
+  pa[3] = movmatrix_trans(pack2<false>(sacc[6], sacc[7]));  // heads 8-15, keys 8-15
+}
+
+// kFp8S: S^T = K Q^T by FP8 wgmma (key_fragments_fp8; NVFP4 / E4M3, 4 warps, lazy rescaling), 1 waiting for it at
+// once, 2 leaving it in flight over the previous chunk's P V; 0: S by mma.sync.
+template <KvKind kKv, int kStages, int kMinBlocks, bool kLazy, int kWarps = Cfg::kWarps, int kFp8S = 0>
 __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     sparse_decode_split_kernel(const SparseDecodeArgs a, int splits) {
-  static_assert(!kFp8S || (kKv != KvKind::kBF16 && kWarps == 4 && kLazy), "FP8 S: NVFP4 / E4M3, one warpgroup, lazy");
+  static_assert(kFp8S == 0 || (kKv != KvKind::kBF16 && kWarps == 4 && kLazy && kStages >= 2),
+                "FP8 S: NVFP4 / E4M3, one warpgroup, lazy");
   MSA_TRACE(2, 0);
   msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
   MSA_TRACE(2, 1);
   using F = Fmt<kKv>;
-  using L = Layout<kKv, kStages, kWarps, kFp8S>;
+  using L = Layout<kKv, kStages, kWarps, (kFp8S > 0)>;
   constexpr int kThreads = 32 * kWarps;
   constexpr bool kBF16 = kKv == KvKind::kBF16;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -650,7 +728,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   // FP8 S: thread x loads the 16 bytes of q-tile chunk x % 8 of head x / 8 (k-step c / 2, half c % 2: A-word
   // u = c of every quad), stored after the first chunk loads are issued.
   uint32_t q_tile_words[4] = {0u, 0u, 0u, 0u};
-  if constexpr (kFp8S) {
+  if constexpr (kFp8S > 0) {
     const int n = threadIdx.x >> 3, chunk = threadIdx.x & 7;
     if (n < rows) {
       const uint8_t* src = static_cast<const uint8_t*>(a.q) + int64_t(t) * a.q_stride_t + int64_t(head0 + n) * a.q_stride_h;
@@ -684,7 +762,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   // Query fragments (A of S), dims permuted like the keys: qa[t] = rows g / g + 8, dims 32 quad + 4 t + [0, 4).
   // FP8 S: the q tile instead (B of S^T), published to the async proxy before the first wgmma.
   uint32_t qa[8][4];
-  if constexpr (kFp8S) {
+  if constexpr (kFp8S > 0) {
     const int n = threadIdx.x >> 3, chunk = threadIdx.x & 7;
     *reinterpret_cast<uint4*>(smem + L::kQTileOff + (n >> 3) * 1024 + chunk * 128 + (n & 7) * 16) =
         make_uint4(q_tile_words[0], q_tile_words[1], q_tile_words[2], q_tile_words[3]);
@@ -733,99 +811,73 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   // E4M3 / BF16 lanes load each other's fragments: sync before refilling the stage read last iteration and
   // after a stage lands (cp.async.wait_group covers only the thread's own copies).
   constexpr bool kShared = kKv != KvKind::kNvfp4;
-  if constexpr (kFp8S) {
+  if constexpr (kFp8S > 0) {
     // The warpgroup's wgmma is collective: every warp runs warp 0's chunk count (the most), a warp past its own
     // chunks with zero A fragments and no softmax / P V.
     const int steps = slots.total > 0 ? (slots.total + kWarps - 1) / kWarps : 0;
     const uint32_t q_tile = msa::cuda::smem_u32(smem + L::kQTileOff);
-    // Per thread, heads hh = 0..3: 2 quad, 2 quad + 1, 2 quad + 8, 2 quad + 9 (accumulator d[4 j + x]: head
-    // 8 j + 2 quad + x % 2, key g8 + 8 (x / 2)); m4 is uniform over the 8 lanes of a quad, l4 sums this thread's keys.
-    float m4[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int i = 0; i < steps; ++i) {
-      const bool has = i < mine;
-      const int ahead = i + kStages - 1;
-      if constexpr (kShared) __syncwarp();
-      if (ahead < mine) {
-        issue_chunk<kKv>(a, pages, chunk_ref(slots, warp + kWarps * ahead), off,
-                         ring_addr + (ahead % kStages) * F::kStageBytes);
-      }
-      cp_async_commit();
-      cp_async_wait<kStages - 1>();
-      if constexpr (kShared) __syncwarp();
-      if (i == 0) MSA_TRACE(2, 3);
-      const uint8_t* stage = ring + (i % kStages) * F::kStageBytes;
-      uint32_t ka[4][4] = {};
-      if (has) key_fragments_fp8<kKv>(stage, tables, ka);
-      float sacc[8];
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-        for (int x = 0; x < 4; ++x) asm volatile("" : "+r"(ka[kk][x]));
-      msa::cuda::wgmma_fence_operands(sacc);
-      msa::cuda::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        msa::cuda::wgmma_m64n16k32_e4m3(sacc, ka[kk], msa::cuda::wgmma_desc_interleave(q_tile + 256 * kk, 128, 1024),
-                                        kk > 0);
-      }
-      msa::cuda::wgmma_commit();
-      msa::cuda::wgmma_wait<0>();
-      msa::cuda::wgmma_fence_operands(sacc);
-      if (!has) continue;
-      const ChunkRef c = chunk_ref(slots, warp + kWarps * i);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sacc[e] *= a.sm_scale_log2;
-      if (c.visible - c.key0 < Cfg::kChunk) {  // warp-uniform: only the last chunk of a local page has dead keys
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          if (c.key0 + g8 + 8 * ((e >> 1) & 1) >= c.visible) sacc[e] = -INFINITY;
+    float m4[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l4[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // fp8s_softmax
+    uint32_t pa[4] = {0u, 0u, 0u, 0u};  // P as m16n8k16 A fragments (finite: <= 2^8)
+    if constexpr (kFp8S == 1) {  // each chunk in turn: S, wait, softmax, P V
+      for (int i = 0; i < steps; ++i) {
+        const bool has = i < mine;
+        const int ahead = i + kStages - 1;
+        if constexpr (kShared) __syncwarp();
+        if (ahead < mine) {
+          issue_chunk<kKv>(a, pages, chunk_ref(slots, warp + kWarps * ahead), off,
+                           ring_addr + (ahead % kStages) * F::kStageBytes);
         }
+        cp_async_commit();
+        cp_async_wait<kStages - 1>();
+        if constexpr (kShared) __syncwarp();
+        if (i == 0) MSA_TRACE(2, 3);
+        const uint8_t* stage = ring + (i % kStages) * F::kStageBytes;
+        uint32_t ka[4][4] = {};
+        float sacc[8];
+        fp8s_issue_scores<kKv>(stage, tables, has, q_tile, ka, sacc);
+        msa::cuda::wgmma_wait<0>();
+        msa::cuda::wgmma_fence_operands(sacc);
+        if (!has) continue;
+        fp8s_softmax(sacc, chunk_ref(slots, warp + kWarps * i), a.sm_scale_log2, g8, m4, l4, o, pa);
+        uint32_t vb[16][2];
+        value_fragments<kKv>(stage, tables, vb);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) msa::cuda::mma_m16n8k16<false>(o[j], pa, vb[j][0], vb[j][1]);
       }
-      // Lazy rescaling as in the plain loop; a chunk changes a head's reference max only when one of its scores
-      // passes it by more than the slack, so the common chunk needs no max reduction at all.
-      bool grows = false;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) grows |= sacc[e] > m4[2 * (e >> 2) + (e & 1)] + kLazySlack;
-      if (__any_sync(0xFFFFFFFFu, grows)) {
-        float correction[4];
-#pragma unroll
-        for (int hh = 0; hh < 4; ++hh) {
-          const int e = 4 * (hh >> 1) + (hh & 1);
-          float chunk_max = fmaxf(sacc[e], sacc[e + 2]);
-#pragma unroll
-          for (int d = 4; d < 32; d *= 2) chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xFFFFFFFFu, chunk_max, d));
-          const float new_max = fmaxf(m4[hh], chunk_max);
-          correction[hh] = fast_exp2(m4[hh] - new_max);
-          m4[hh] = new_max;
-          l4[hh] *= correction[hh];
-        }
-        // O rows g8 and g8 + 8 are heads hh = g8 % 2 and 2 + g8 % 2 of lane g8 / 2 (quad g8 / 2).
-        float from[4];
-#pragma unroll
-        for (int hh = 0; hh < 4; ++hh) from[hh] = __shfl_sync(0xFFFFFFFFu, correction[hh], g8 >> 1);
-        const float c0 = (g8 & 1) ? from[1] : from[0], c1 = (g8 & 1) ? from[3] : from[2];
+    } else {
+      // Pipelined (not yet run on a GPU): step i issues chunk i's S (its stage landed), runs P V of chunk i - 1
+      // while the wgmma is in flight, waits, refills chunk i - 1's stage with chunk i + kStages - 1 and takes chunk
+      // i's softmax; the last chunk's P V follows the loop. Branch-free between the issue and the wait (a warp
+      // without chunk i - 1 multiplies zero V fragments), else ptxas serializes the wgmma (C7518).
+      auto pv = [&](int chunk, bool valid) {  // O += P V of the warp's chunk `chunk` (zero V when not valid)
+        uint32_t vb[16][2];
+        value_fragments<kKv>(ring + (chunk % kStages) * F::kStageBytes, tables, vb);
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
-          o[j][0] *= c0, o[j][1] *= c0;
-          o[j][2] *= c1, o[j][3] *= c1;
+          msa::cuda::mma_m16n8k16<false>(o[j], pa, valid ? vb[j][0] : 0u, valid ? vb[j][1] : 0u);
         }
+      };
+      for (int i = 0; i < steps; ++i) {
+        const bool has = i < mine;
+        cp_async_wait<kStages - 2>();  // chunk i landed (chunks i + 1 .. i + kStages - 2 may be in flight)
+        if constexpr (kShared) __syncwarp();
+        if (i == 0) MSA_TRACE(2, 3);
+        uint32_t ka[4][4] = {};
+        float sacc[8];
+        fp8s_issue_scores<kKv>(ring + (i % kStages) * F::kStageBytes, tables, has, q_tile, ka, sacc);
+        pv(i - 1 + kStages, i > 0 && i - 1 < mine);  // chunk i - 1 (its stage; at i = 0 zero V)
+        msa::cuda::wgmma_wait<0>();
+        msa::cuda::wgmma_fence_operands(sacc);
+        if constexpr (kShared) __syncwarp();  // the lanes' reads of chunk i - 1's stage before its refill
+        const int ahead = i + kStages - 1;
+        if (ahead < mine) {
+          issue_chunk<kKv>(a, pages, chunk_ref(slots, warp + kWarps * ahead), off,
+                           ring_addr + (ahead % kStages) * F::kStageBytes);
+        }
+        cp_async_commit();
+        if (has) fp8s_softmax(sacc, chunk_ref(slots, warp + kWarps * i), a.sm_scale_log2, g8, m4, l4, o, pa);
       }
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int hh = 2 * (e >> 2) + (e & 1);
-        sacc[e] = fast_exp2(sacc[e] - m4[hh]);  // dead keys: ex2(-inf) = 0
-        l4[hh] += sacc[e];
-      }
-      // P^T blocks (keys x heads, 8 x 8) transposed into the m16n8k16 A fragments of P (heads x keys).
-      using msa::cuda::movmatrix_trans;
-      const uint32_t pa[4] = {movmatrix_trans(pack2<false>(sacc[0], sacc[1])),   // heads 0-7, keys 0-7
-                              movmatrix_trans(pack2<false>(sacc[4], sacc[5])),   // heads 8-15, keys 0-7
-                              movmatrix_trans(pack2<false>(sacc[2], sacc[3])),   // heads 0-7, keys 8-15
-                              movmatrix_trans(pack2<false>(sacc[6], sacc[7]))};  // heads 8-15, keys 8-15
-      uint32_t vb[16][2];
-      value_fragments<kKv>(stage, tables, vb);
-#pragma unroll
-      for (int j = 0; j < 16; ++j) msa::cuda::mma_m16n8k16<false>(o[j], pa, vb[j][0], vb[j][1]);
+      if (steps > 0 && steps - 1 < mine) pv(steps - 1, true);
     }
     // Statistics into the O layout (rows g8, g8 + 8): sums over the 8 lanes of a quad, then from lane g8 / 2.
 #pragma unroll
