@@ -1,7 +1,7 @@
 """Sparse decode attention (sparse_decode) against msa_ops.reference.sparse_attention, on the CPU always and on
 CUDA when present. Bars from shared/SPEC.md §6: atol = rtol = 5e-2 and cosine >= 0.999 on the same quantized
-inputs, LSE within 1e-3 (plus 1e-3 relative where S may run on FP8 tensor cores), poisoned outputs, bitwise repeatability; the CPU kernel is also held to one bf16
-rounding of the reference."""
+inputs, LSE within 1e-3 (plus 1e-3 relative where S may run on FP8 tensor cores), poisoned outputs, bitwise
+repeatability; the CPU kernel is also held to one bf16 rounding of the reference."""
 
 from __future__ import annotations
 

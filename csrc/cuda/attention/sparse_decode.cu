@@ -9,9 +9,9 @@
 // MSA_SPARSE_DECODE_LEAN=1 the split kernel with one ring stage less and more CTAs per SM (split::Shape);
 // MSA_SPARSE_DECODE_WARPS=4|6 forces the lazy split kernel's warps per CTA (NVFP4 / E4M3; default: the rule in
 // launch_lazy_split); MSA_SPARSE_DECODE_SPLIT_FP8S=0|1|2 its S by FP8 wgmma on Hopper (never / always / by the rule
-// in launch_lazy_split, the default); MSA_SPARSE_DECODE_LAZY=0 the split kernel with eager O rescaling (every growth of a row's
-// max; the default is lazy rescaling, kLazySlack; the lean ring has no lazy variant, so LEAN=1 wins when both are
-// set).
+// in launch_lazy_split, the default); MSA_SPARSE_DECODE_LAZY=0 the split kernel with eager O rescaling (every growth
+// of a row's max; the default is lazy rescaling, kLazySlack; the lean ring has no lazy variant, so LEAN=1 wins when
+// both are set).
 //
 // The union pass (sparse_decode_union_kernels.cuh: one cluster per request and KV head decodes each page once
 // for all the request's tokens; Hopper only) is for requests whose tokens share pages. MSA_SPARSE_DECODE_UNION=2
@@ -80,6 +80,12 @@ LaunchStatus choose_splits(const SparseDecodeArgs& a, int units, int wave, const
   return LaunchStatus::ok();
 }
 
+// The split kernel's (token, KV head, 16-head block) units of a call.
+int split_units(const SparseDecodeArgs& a) {
+  const int group = a.q_heads / a.kv_heads;
+  return a.tokens * a.kv_heads * ((group + split::Cfg::kRows - 1) / split::Cfg::kRows);
+}
+
 // One split-kernel variant, planned from host-known shapes: its CTAs resident at once (`wave`), the call's
 // (token, KV head, 16-head block) units and the split count.
 // kFp8S: S by FP8 wgmma (split::sparse_decode_split_kernel): 1 waiting for it at once, 4 CTAs per SM for NVFP4
@@ -102,8 +108,7 @@ struct SplitPlan {
     if (!ready.is_ok()) return ready;
     const LaunchStatus sized = msa::cuda::resident_blocks(k, kThreads, kSmem, wave);
     if (!sized.is_ok()) return sized;
-    const int group = a.q_heads / a.kv_heads;
-    units = a.tokens * a.kv_heads * ((group + split::Cfg::kRows - 1) / split::Cfg::kRows);
+    units = split_units(a);
     return choose_splits(a, units, wave, k, kThreads, kSmem, splits);
   }
   LaunchStatus launch(const SparseDecodeArgs& a, cudaStream_t stream) const {
@@ -113,9 +118,9 @@ struct SplitPlan {
   }
 };
 
-template <KvKind kKv, bool kLean, bool kLazy, int kWarps = split::Cfg::kWarps>
+template <KvKind kKv, bool kLean, bool kLazy, int kWarps = split::Cfg::kWarps, int kFp8S = 0>
 LaunchStatus launch_split(const SparseDecodeArgs& a, cudaStream_t stream) {
-  SplitPlan<kKv, kLean, kLazy, kWarps> p;
+  SplitPlan<kKv, kLean, kLazy, kWarps, kFp8S> p;
   const LaunchStatus planned = p.plan(a);
   return planned.is_ok() ? p.launch(a, stream) : planned;
 }
@@ -145,31 +150,18 @@ bool split_fp8s_pays(const SparseDecodeArgs& a, int units) {
   return units >= 128 && a.max_pages > a.q_len * a.topk_width;
 }
 
-// Plans the FP8-S split kernel and launches it when `forced` or when its rule pays; false when it did not (the
-// caller picks another kernel), else `status` holds the plan's or the launch's outcome.
-template <KvKind kKv, int kFp8S>
-bool try_fp8s(const SparseDecodeArgs& a, cudaStream_t stream, bool forced, LaunchStatus& status) {
-  SplitPlan<kKv, false, true, split::Cfg::kWarps, kFp8S> fp8s;
-  status = fp8s.plan(a);
-  if (status.is_ok() && !forced && !split_fp8s_pays(a, fp8s.units)) return false;
-  if (status.is_ok()) status = fp8s.launch(a, stream);
-  return true;
-}
-
 template <KvKind kKv>
 LaunchStatus launch_lazy_split(const SparseDecodeArgs& a, cudaStream_t stream) {
   const int fp8s_knob = msa::cuda::env_choice("MSA_SPARSE_DECODE_SPLIT_FP8S", {0, 1, 2}, 2);
   const int warps = msa::cuda::env_choice("MSA_SPARSE_DECODE_WARPS", {0, 4, 6}, 0);
-  if (fp8s_knob == 1 || (fp8s_knob == 2 && warps == 0)) {
+  if (fp8s_knob == 1 || (fp8s_knob == 2 && warps == 0 && split_fp8s_pays(a, split_units(a)))) {
     msa::cuda::DeviceInfo device;  // wgmma: Hopper only
     if (msa::cuda::current_device_info(device).is_ok() && device.cc_major == 9) {
-      LaunchStatus status;
       // MSA_SPARSE_DECODE_SPLIT_FP8S_PIPE=1: the wgmma left in flight over the previous chunk's P V (not yet run)
-      const bool pipe = msa::cuda::env_choice("MSA_SPARSE_DECODE_SPLIT_FP8S_PIPE", {0, 1}, 0) == 1;
-      if (pipe ? try_fp8s<kKv, 2>(a, stream, fp8s_knob == 1, status)
-               : try_fp8s<kKv, 1>(a, stream, fp8s_knob == 1, status)) {
-        return status;
+      if (msa::cuda::env_choice("MSA_SPARSE_DECODE_SPLIT_FP8S_PIPE", {0, 1}, 0) == 1) {
+        return launch_split<kKv, false, true, split::Cfg::kWarps, 2>(a, stream);
       }
+      return launch_split<kKv, false, true, split::Cfg::kWarps, 1>(a, stream);
     }
   }
   if (warps != 4) {

@@ -731,7 +731,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   if constexpr (kFp8S > 0) {
     const int n = threadIdx.x >> 3, chunk = threadIdx.x & 7;
     if (n < rows) {
-      const uint8_t* src = static_cast<const uint8_t*>(a.q) + int64_t(t) * a.q_stride_t + int64_t(head0 + n) * a.q_stride_h;
+      const uint8_t* src =
+          static_cast<const uint8_t*>(a.q) + int64_t(t) * a.q_stride_t + int64_t(head0 + n) * a.q_stride_h;
 #pragma unroll
       for (int qd = 0; qd < 4; ++qd) {
         q_tile_words[qd] = __ldg(reinterpret_cast<const uint32_t*>(src + fp8s_dim_base<kKv>(qd, chunk)));
@@ -751,13 +752,15 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   uint8_t* ring = smem + warp * L::kSlab;
   const uint32_t ring_addr = msa::cuda::smem_u32(ring);
   const PieceOffsets<kKv> off = piece_offsets<kKv>(a);
-#pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
-    if (i < mine) {
-      issue_chunk<kKv>(a, pages, chunk_ref(slots, warp + kWarps * i), off, ring_addr + i * F::kStageBytes);
+  // The warp's chunk n (when it has one) into ring stage n % kStages, as one cp.async group.
+  auto issue_ahead = [&](int n) {
+    if (n < mine) {
+      issue_chunk<kKv>(a, pages, chunk_ref(slots, warp + kWarps * n), off, ring_addr + (n % kStages) * F::kStageBytes);
     }
     cp_async_commit();
-  }
+  };
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) issue_ahead(i);
 
   // Query fragments (A of S), dims permuted like the keys: qa[t] = rows g / g + 8, dims 32 quad + 4 t + [0, 4).
   // FP8 S: the q tile instead (B of S^T), published to the async proxy before the first wgmma.
@@ -818,16 +821,19 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     const uint32_t q_tile = msa::cuda::smem_u32(smem + L::kQTileOff);
     float m4[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l4[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // fp8s_softmax
     uint32_t pa[4] = {0u, 0u, 0u, 0u};  // P as m16n8k16 A fragments (finite: <= 2^8)
+    auto pv = [&](int chunk, bool valid) {  // O += P V of the warp's chunk `chunk` (zero V when not valid)
+      uint32_t vb[16][2];
+      value_fragments<kKv>(ring + (chunk % kStages) * F::kStageBytes, tables, vb);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        msa::cuda::mma_m16n8k16<false>(o[j], pa, valid ? vb[j][0] : 0u, valid ? vb[j][1] : 0u);
+      }
+    };
     if constexpr (kFp8S == 1) {  // each chunk in turn: S, wait, softmax, P V
       for (int i = 0; i < steps; ++i) {
         const bool has = i < mine;
-        const int ahead = i + kStages - 1;
         if constexpr (kShared) __syncwarp();
-        if (ahead < mine) {
-          issue_chunk<kKv>(a, pages, chunk_ref(slots, warp + kWarps * ahead), off,
-                           ring_addr + (ahead % kStages) * F::kStageBytes);
-        }
-        cp_async_commit();
+        issue_ahead(i + kStages - 1);
         cp_async_wait<kStages - 1>();
         if constexpr (kShared) __syncwarp();
         if (i == 0) MSA_TRACE(2, 3);
@@ -839,24 +845,13 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
         msa::cuda::wgmma_fence_operands(sacc);
         if (!has) continue;
         fp8s_softmax(sacc, chunk_ref(slots, warp + kWarps * i), a.sm_scale_log2, g8, m4, l4, o, pa);
-        uint32_t vb[16][2];
-        value_fragments<kKv>(stage, tables, vb);
-#pragma unroll
-        for (int j = 0; j < 16; ++j) msa::cuda::mma_m16n8k16<false>(o[j], pa, vb[j][0], vb[j][1]);
+        pv(i, true);
       }
     } else {
       // Pipelined (not yet run on a GPU): step i issues chunk i's S (its stage landed), runs P V of chunk i - 1
       // while the wgmma is in flight, waits, refills chunk i - 1's stage with chunk i + kStages - 1 and takes chunk
       // i's softmax; the last chunk's P V follows the loop. Branch-free between the issue and the wait (a warp
       // without chunk i - 1 multiplies zero V fragments), else ptxas serializes the wgmma (C7518).
-      auto pv = [&](int chunk, bool valid) {  // O += P V of the warp's chunk `chunk` (zero V when not valid)
-        uint32_t vb[16][2];
-        value_fragments<kKv>(ring + (chunk % kStages) * F::kStageBytes, tables, vb);
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          msa::cuda::mma_m16n8k16<false>(o[j], pa, valid ? vb[j][0] : 0u, valid ? vb[j][1] : 0u);
-        }
-      };
       for (int i = 0; i < steps; ++i) {
         const bool has = i < mine;
         cp_async_wait<kStages - 2>();  // chunk i landed (chunks i + 1 .. i + kStages - 2 may be in flight)
@@ -869,12 +864,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
         msa::cuda::wgmma_wait<0>();
         msa::cuda::wgmma_fence_operands(sacc);
         if constexpr (kShared) __syncwarp();  // the lanes' reads of chunk i - 1's stage before its refill
-        const int ahead = i + kStages - 1;
-        if (ahead < mine) {
-          issue_chunk<kKv>(a, pages, chunk_ref(slots, warp + kWarps * ahead), off,
-                           ring_addr + (ahead % kStages) * F::kStageBytes);
-        }
-        cp_async_commit();
+        issue_ahead(i + kStages - 1);
         if (has) fp8s_softmax(sacc, chunk_ref(slots, warp + kWarps * i), a.sm_scale_log2, g8, m4, l4, o, pa);
       }
       if (steps > 0 && steps - 1 < mine) pv(steps - 1, true);
@@ -895,13 +885,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     row_sum[0] = (g8 & 1) ? l_from[1] : l_from[0], row_sum[1] = (g8 & 1) ? l_from[3] : l_from[2];
   } else  // the plain loop: S = Q K^T by mma.sync, fp16 (bf16)
   for (int i = 0; i < mine; ++i) {
-    const int ahead = i + kStages - 1;
     if constexpr (kShared) __syncwarp();
-    if (ahead < mine) {
-      issue_chunk<kKv>(a, pages, chunk_ref(slots, warp + kWarps * ahead), off,
-                       ring_addr + (ahead % kStages) * F::kStageBytes);
-    }
-    cp_async_commit();
+    issue_ahead(i + kStages - 1);
     cp_async_wait<kStages - 1>();
     if constexpr (kShared) __syncwarp();
     if (i == 0) MSA_TRACE(2, 3);  // warp 0's first chunk landed
