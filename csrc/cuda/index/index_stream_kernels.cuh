@@ -108,10 +108,15 @@ __device__ __forceinline__ void e4m3_product_table(__half2 scale, uint32_t& lo, 
 // instructions per 8 codes.
 __device__ __forceinline__ void e2m1x8_to_e4m3x8(uint32_t w, uint32_t lo, uint32_t hi, uint32_t& out_lo,
                                                  uint32_t& out_hi) {
-  const uint32_t magnitude = w & 0x77777777u;  // bit 3 of a selector nibble would mean "replicate the sign"
-  const uint32_t w4 = w << 4;                  // code 2c's sign at bit 7 of byte c (code 2c + 1's: in w)
-  out_lo = __byte_perm(lo, hi, magnitude) | (__byte_perm(w, w4, 0x1504u) & 0x80808080u);
-  out_hi = __byte_perm(lo, hi, magnitude >> 16) | (__byte_perm(w, w4, 0x3726u) & 0x80808080u);
+  // Bit 3 of a selector nibble would mean "replicate the sign", so both selectors are masked; the high half's is
+  // shifted down first by a multiply-high (in asm: the compiler would turn it back into a shift), which runs on
+  // the FMA pipe instead of the busy integer pipe. (ptxas clears the upper half of a PRMT selector unless it
+  // knows it is zero, so each selector needs its own 16-bit mask.)
+  uint32_t w_hi;
+  asm("mul.hi.u32 %0, %1, 0x10000;" : "=r"(w_hi) : "r"(w));
+  const uint32_t w4 = w << 4;  // code 2c's sign at bit 7 of byte c (code 2c + 1's: in w)
+  out_lo = __byte_perm(lo, hi, w & 0x7777u) | (__byte_perm(w, w4, 0x1504u) & 0x80808080u);
+  out_hi = __byte_perm(lo, hi, w_hi & 0x7777u) | (__byte_perm(w, w4, 0x3726u) & 0x80808080u);
 }
 
 // E4M3 bytes 0, 1 (lo) or 2, 3 (hi) of a word -> f16x2 (exact). Taking the half through a b16 register pair

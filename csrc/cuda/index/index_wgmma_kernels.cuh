@@ -101,6 +101,17 @@ __device__ __forceinline__ uint64_t wgmma_smem_desc(const void* p, uint32_t lbo,
   return msa::cuda::wgmma_desc_interleave(static_cast<uint32_t>(__cvta_generic_to_shared(p)), lbo, sbo);
 }
 
+// Byte offsets into the 256 8-byte product tables of the two E4M3 scales of a 16-bit load (low byte first),
+// mostly on the FMA pipe: the integer pipe (masks, shifts, byte permutes) is the decode's limit. mul.hi is in
+// asm, else the compiler turns it back into a shift; ptxas folds 8 high + table base into one LEA whatever the
+// form, so 1 integer op is left of the former 3.
+__device__ __forceinline__ void scale_pair_table_offsets(uint32_t two_scales, uint32_t (&offset)[2]) {
+  uint32_t high;  // two_scales >> 8 (two_scales < 2^16)
+  asm("mul.hi.u32 %0, %1, 0x1000000;" : "=r"(high) : "r"(two_scales));
+  offset[0] = two_scales * 8u - high * 2048u;  // 8 (two_scales - 256 high) = 8 x the low byte
+  offset[1] = high * 8u;
+}
+
 // The f16 A fragments (8 k16-steps x 4 registers) of one slice: keys g (a0, a2) and g + 8 (a1, a3). k16-step
 // t takes the thread's dims 32 quad + 4 t + [0, 4): (a0 | a1) dims + 0, 1; (a2 | a3) dims + 2, 3.
 // NVFP4 goes through the E4M3 bytes of the Q8KV4 dequant (per-scale tables, 9 integer instructions per 8
@@ -112,9 +123,11 @@ __device__ __forceinline__ void slice_fragments_f16(const SliceFetch<kKeys>& f, 
   for (int kk = 0; kk < 2; ++kk) {
     if constexpr (kKeys == KeyKind::kNvfp4) {
       const uint32_t codes[4] = {f.codes[kk].x, f.codes[kk].y, f.codes[kk].z, f.codes[kk].w};
+      uint32_t table_offset[2];
+      scale_pair_table_offsets(f.scales[kk], table_offset);
 #pragma unroll
       for (int gh = 0; gh < 2; ++gh) {
-        const uint2 t = tables[(f.scales[kk] >> (8 * gh)) & 0xFFu];
+        const uint2 t = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint8_t*>(tables) + table_offset[gh]);
 #pragma unroll
         for (int s = 2 * gh; s < 2 * gh + 2; ++s) {  // word s: dims 32 quad + 8 s + [0, 8) = k16-steps 2s, 2s+1
           uint32_t lo, hi;  // E4M3 bytes of codes 0..3, 4..7
@@ -244,9 +257,10 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
     msa::cuda::fence_proxy_async_shared();
     __syncthreads();
     MSA_TRACE(0, 3);
-    uint64_t desc[kSteps];
-#pragma unroll
-    for (int s = 0; s < kSteps; ++s) desc[s] = wgmma_smem_desc(q_tile + 256 * s, 128, kChunkBytes);
+    // k16-step s reads the query tile 256 s bytes on: its descriptor is the first one + 16 s (the 14-bit address
+    // field, in 16-byte units, cannot carry: shared memory ends below 2^18 bytes). One add per step in the loop;
+    // eight separate descriptors were rebuilt there from the tile address, five uniform ops each.
+    const uint64_t desc0 = wgmma_smem_desc(q_tile, 128, kChunkBytes);
 
     // Rows this thread reports in the accumulator: 8 nt + 2 quad + j; their positions (-1: none).
     int pos[kNTiles][2];
@@ -328,7 +342,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
         msa::cuda::wgmma_fence_operands(acc);
         msa::cuda::wgmma_fence();
 #pragma unroll
-        for (int s = 0; s < kSteps; ++s) msa::cuda::wgmma_m64k16<kN, false, false>(acc, frag[s], desc[s], s > 0);
+        for (int s = 0; s < kSteps; ++s) msa::cuda::wgmma_m64k16<kN, false, false>(acc, frag[s], desc0 + 16 * s, s > 0);
         msa::cuda::wgmma_commit();
         issue(s0 + d + kDepth, half, ring[d]);  // the next loads' address work overlaps the wgmma
         msa::cuda::wgmma_wait<0>();
