@@ -95,3 +95,66 @@ def test_write_json_adds_meta(tmp_path):
     meta = doc["meta"]
     assert meta["torch"] == torch.__version__ and meta["device"]["kind"] == "cpu"
     assert "date_utc" in meta and "git_commit" in meta
+
+
+# ---- bench/ab.py: A/B runs under kernel-variant knobs ------------------------------------------------------
+
+def test_ab_variant_parse():
+    from msa_ops.bench.ab import Variant
+
+    assert Variant.parse("base") == Variant("base", {})
+    assert Variant.parse("x:A=1,B=two") == Variant("x", {"A": "1", "B": "two"})
+    assert Variant.parse("y:A=") == Variant("y", {"A": ""})
+    for bad in ("", ":A=1", "A=1", "x:A", "x:=1"):
+        with pytest.raises(ValueError):
+            Variant.parse(bad)
+
+
+def test_ab_compare_medians_ratios_and_missing_cases():
+    from msa_ops.bench.ab import compare
+
+    def doc(times, mbu):
+        rows = [{"kv": "nvfp4", "B": b, "N": n, "us": us, "mbu": 1.0} for (b, n), us in times.items()]
+        return {"rows": rows, "summary": [{"kv": "nvfp4", "geometry": "64/4", "weighted_mbu": mbu, "x": 1}]}
+
+    runs = {"a": [doc({(8, 1000): 10.0, (8, 4000): 20.0}, 0.30), doc({(8, 1000): 12.0, (8, 4000): 22.0}, 0.31)],
+            "b": [doc({(8, 1000): 5.0}, 0.50), doc({(8, 1000): 7.0}, 0.52)]}
+    cases, groups = compare(runs)
+    by = {(c["B"], c["N"]): c for c in cases}
+    assert by[(8, 1000)]["a us"] == 11.0 and by[(8, 1000)]["b us"] == 6.0        # median over repeats
+    assert by[(8, 1000)]["b/a"] == pytest.approx(6.0 / 11.0)
+    assert by[(8, 4000)]["b us"] is None and by[(8, 4000)]["b/a"] is None       # b did not run that case
+    assert [g["variant"] for g in groups] == ["a", "b"]
+    assert groups[0]["weighted_mbu"] == pytest.approx(31.0) and groups[1]["weighted_mbu"] == pytest.approx(52.0)
+    assert "x" not in groups[0]
+
+
+def test_ab_runs_each_variant_with_its_environment(tmp_path, capsys):
+    from msa_ops.bench.ab import main
+
+    fake = tmp_path / "fake_bench.py"   # a benchmark whose time is the knob's value
+    fake.write_text(
+        "import json, os, sys\n"
+        "path = sys.argv[sys.argv.index('--json') + 1]\n"
+        "us = float(os.environ.get('FAKE_US', '10'))\n"
+        "rows = [{'keys': 'nvfp4', 'B': 8, 'N': int(sys.argv[1]), 'us': us}]\n"
+        "json.dump({'rows': rows, 'summary': [{'keys': 'nvfp4', 'H': 4, 'weighted_mbu': 10 / us}]}, open(path, 'w'))\n")
+    out = tmp_path / "ab"
+    rc = main(["-v", "base", "-v", "fast:FAKE_US=4", "--repeat", "2", "--out", str(out),
+               "--json", str(tmp_path / "ab.json"), "--", str(fake), "1000"])
+    assert rc == 0
+    assert sorted(p.name for p in out.glob("*.json")) == ["base-0.json", "base-1.json", "fast-0.json", "fast-1.json"]
+    result = json.loads((tmp_path / "ab.json").read_text())
+    (case,) = result["cases"]
+    assert (case["N"], case["base us"], case["fast us"], case["fast/base"]) == (1000, 10.0, 4.0, 0.4)
+    assert [g["weighted_mbu"] for g in result["groups"]] == [pytest.approx(100.0), pytest.approx(250.0)]
+    text = capsys.readouterr().out
+    assert "fast/base" in text and "0.400" in text
+
+    failing = tmp_path / "failing_bench.py"
+    failing.write_text("import sys\nsys.exit(3)\n")
+    assert main(["-v", "base", "--out", str(out), "--", str(failing)]) == 1
+    with pytest.raises(SystemExit):
+        main(["-v", "a", "-v", "a", "--", str(fake), "1"])        # duplicate names
+    with pytest.raises(SystemExit):
+        main(["-v", "a", "--", str(fake), "--json", "x"])          # --json is set per run
