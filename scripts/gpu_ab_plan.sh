@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The next GPU session's first device call, as written at the end of the last session without one (bench/NOTES.md,
+# "Next GPU session", item 1): build, the CUDA tests of the unrun code, memcheck, then the A/Bs, in one call of
+# about 8 minutes. Logs and JSON under $OUT (./gpu-out when unset); a summary with exit codes prints last.
+# Rewrite it when the plan changes; `STAGE=tests|bench` runs only that half.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-./gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 MSA_CUDA_ARCHS=${MSA_CUDA_ARCHS:-9.0a} MAX_JOBS=${MAX_JOBS:-16}
+STAGE=${STAGE:-all}
+declare -a summary
+step() {  # step NAME COMMAND...: output to $OUT/NAME.log
+  local name=$1; shift
+  local t0=$(date +%s)
+  "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-16s rc=%-3s %4ss  %s' "$name" "$rc" $(( $(date +%s) - t0 )) "$(tail -n 1 "$OUT/$name.log")")")
+  return $rc
+}
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/device.txt" 2>&1
+if ! step build bash scripts/install.sh; then tail -n 40 "$OUT/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
+
+if [ "$STAGE" != bench ]; then
+  step tests python3 -m pytest -q -p no:logging -m cuda tests/test_index_decode.py tests/test_sparse_decode.py
+  step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 --target-processes all \
+    python3 -m pytest -q -p no:logging -m cuda tests/test_sparse_decode.py tests/test_index_decode.py \
+    -k "(fp8s and not union) or (test_index and not large and not compile)"
+fi
+
+if [ "$STAGE" != tests ]; then
+  # Indexer v10 (integer-pipe trims, default): the full suite, both H; compare with bench/NOTES.md v9's figures.
+  step index_suite python3 bench/bench_index_decode.py --no-corner --json "$OUT/index_suite.json"
+  # Split kernel S: fp16 / FP8 waiting at once / FP8 pipelined (v2.10 item 4), the union pass off.
+  cases=1:32000,4:32000,8:10000,8:100000,8:200000,32:5000,32:10000,32:100000,64:5000,64:10000,64:50000,128:5000,128:10000
+  step ab_split_fp8s python3 bench/ab.py --out "$OUT/ab_split_fp8s" --json "$OUT/ab_split_fp8s.json" \
+    -v fp16s:MSA_SPARSE_DECODE_UNION=0,MSA_SPARSE_DECODE_SPLIT_FP8S=0 \
+    -v fp8s:MSA_SPARSE_DECODE_UNION=0,MSA_SPARSE_DECODE_SPLIT_FP8S=1,MSA_SPARSE_DECODE_SPLIT_FP8S_PIPE=0 \
+    -v pipe:MSA_SPARSE_DECODE_UNION=0,MSA_SPARSE_DECODE_SPLIT_FP8S=1,MSA_SPARSE_DECODE_SPLIT_FP8S_PIPE=1 \
+    -- bench/bench_sparse_decode.py --no-sdpa --kv nvfp4,fp8 --geometry 64/4,16/1 --cases "$cases"
+  # B8 at large N with FP8 S at 2 splits (16 warps per SM) against the rule (item 2 of the plan).
+  step ab_b8_splits python3 bench/ab.py --out "$OUT/ab_b8_splits" --json "$OUT/ab_b8_splits.json" \
+    -v rule -v fp8s_s2:MSA_SPARSE_DECODE_SPLIT_FP8S=1,MSA_SPARSE_DECODE_SPLITS=2 \
+    -v pipe_s2:MSA_SPARSE_DECODE_SPLIT_FP8S=1,MSA_SPARSE_DECODE_SPLIT_FP8S_PIPE=1,MSA_SPARSE_DECODE_SPLITS=2 \
+    -- bench/bench_sparse_decode.py --no-sdpa --kv nvfp4,fp8 --geometry 64/4 --cases 8:50000,8:100000,8:200000
+  # The union widths with FP8 S (item 3): forced union against the split kernel's rule.
+  step ab_union python3 bench/ab.py --out "$OUT/ab_union" --json "$OUT/ab_union.json" \
+    -v split:MSA_SPARSE_DECODE_UNION=0 -v union:MSA_SPARSE_DECODE_UNION=1 \
+    -- bench/bench_sparse_decode.py --no-sdpa --kv nvfp4,fp8 --geometry 64/4 \
+    --cases 32:5000,32:10000,64:5000,64:10000,128:5000,128:10000
+fi
+
+echo "==== device ===="; cat "$OUT/device.txt"
+for log in tests memcheck; do [ -f "$OUT/$log.log" ] && { echo "==== $log (tail) ===="; tail -n 8 "$OUT/$log.log"; }; done
+for log in ab_split_fp8s ab_b8_splits ab_union; do
+  [ -f "$OUT/$log.log" ] && { echo "==== $log ===="; cat "$OUT/$log.log"; }
+done
+[ -f "$OUT/index_suite.log" ] && { echo "==== index_suite (summary) ===="; grep -i "summary" "$OUT/index_suite.log"; }
+echo "==== summary ===="
+printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
