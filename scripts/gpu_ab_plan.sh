@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The next GPU session's first device call, as written at the end of the last session without one (bench/NOTES.md,
 # "Next GPU session", item 1): build, the CUDA tests of the unrun code, memcheck, then the A/Bs, in one call of
-# about 8 minutes. Logs and JSON under $OUT (./gpu-out when unset); a summary with exit codes prints last.
+# under 10 minutes (steps are cut at $DEADLINE s). Logs and JSON under $OUT (./gpu-out when unset); a summary with exit codes prints last.
 # Rewrite it when the plan changes; `STAGE=tests|bench` runs only that half.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -10,10 +10,12 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 MSA_CUDA_ARCHS=${MSA_CUDA_ARCHS:-9.0a} MAX_JOBS=${MAX_JOBS:-16}
 STAGE=${STAGE:-all}
 declare -a summary
-step() {  # step NAME COMMAND...: output to $OUT/NAME.log
+T0=$(date +%s) DEADLINE=${DEADLINE:-570}  # seconds from the start: steps are cut there so the summary still prints
+step() {  # step NAME COMMAND...: output to $OUT/NAME.log, killed at the deadline
   local name=$1; shift
-  local t0=$(date +%s)
-  "$@" > "$OUT/$name.log" 2>&1
+  local t0=$(date +%s) left=$(( DEADLINE - $(date +%s) + T0 ))
+  if [ "$left" -le 5 ]; then summary+=("$(printf '%-16s skipped (deadline)' "$name")"); return 1; fi
+  timeout "$left" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
   summary+=("$(printf '%-16s rc=%-3s %4ss  %s' "$name" "$rc" $(( $(date +%s) - t0 )) "$(tail -n 1 "$OUT/$name.log")")")
   return $rc
@@ -23,15 +25,31 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "
 if ! step build bash scripts/install.sh; then tail -n 40 "$OUT/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
 
 if [ "$STAGE" != bench ]; then
-  step tests python3 -m pytest -q -p no:logging -m cuda tests/test_index_decode.py tests/test_sparse_decode.py
-  step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 --target-processes all \
-    python3 -m pytest -q -p no:logging -m cuda tests/test_sparse_decode.py tests/test_index_decode.py \
-    -k "(fp8s and not union) or (test_index and not large and not compile)"
+  step tests timeout 240 python3 -m pytest -q -p no:logging -m cuda tests/test_index_decode.py tests/test_sparse_decode.py
+fi
+
+# Older code to compare against: a `git archive` tarball at $BASELINE (default ./baseline.tar, made before the call:
+# `git archive -o baseline.tar be89312`, the last commit before v10 / v2.11), built in place in its own folder.
+BASELINE=${BASELINE:-baseline.tar}
+base_root=""
+if [ "$STAGE" != tests ] && [ -f "$BASELINE" ]; then
+  base_root=$PWD/.baseline  # git-ignored: a warm machine keeps its build for the next call
+  [ -f "$base_root/setup.py" ] || { mkdir -p "$base_root" && tar -xf "$BASELINE" -C "$base_root"; }
+  step build_base bash -c "cd '$base_root' && python3 setup.py -q build_ext --inplace" || base_root=""
 fi
 
 if [ "$STAGE" != tests ]; then
-  # Indexer v10 (integer-pipe trims, default): the full suite, both H; compare with bench/NOTES.md v9's figures.
-  step index_suite python3 bench/bench_index_decode.py --no-corner --json "$OUT/index_suite.json"
+  # Indexer v10 (integer-pipe trims, default): the full suite, both H, against the baseline build when there is one
+  # (else compare with bench/NOTES.md v9's figures).
+  if [ -n "$base_root" ]; then
+    step index_suite python3 bench/ab.py --out "$OUT/ab_index" --json "$OUT/ab_index.json" \
+      -v base:@root="$base_root" -v v10 -- bench/bench_index_decode.py --no-corner
+    step ab_sparse_v211 python3 bench/ab.py --out "$OUT/ab_sparse_v211" --json "$OUT/ab_sparse_v211.json" \
+      -v base:@root="$base_root" -v v211 -- bench/bench_sparse_decode.py --no-sdpa --kv nvfp4 --geometry 64/4 \
+      --cases 4:32000,8:10000,8:100000,8:200000,32:5000,32:100000,128:5000
+  else
+    step index_suite python3 bench/bench_index_decode.py --no-corner --json "$OUT/index_suite.json"
+  fi
   # Split kernel S: fp16 / FP8 waiting at once / FP8 pipelined (v2.10 item 4), the union pass off.
   cases=1:32000,4:32000,8:10000,8:100000,8:200000,32:5000,32:10000,32:100000,64:5000,64:10000,64:50000,128:5000,128:10000
   step ab_split_fp8s python3 bench/ab.py --out "$OUT/ab_split_fp8s" --json "$OUT/ab_split_fp8s.json" \
@@ -51,11 +69,17 @@ if [ "$STAGE" != tests ]; then
     --cases 32:5000,32:10000,64:5000,64:10000,128:5000,128:10000
 fi
 
+if [ "$STAGE" != bench ]; then  # last: the slowest step, and only a check of code already tested above
+  step memcheck timeout 200 compute-sanitizer --tool memcheck --error-exitcode 1 --target-processes all \
+    python3 -m pytest -q -p no:logging -m cuda tests/test_sparse_decode.py tests/test_index_decode.py \
+    -k "(fp8s and not union) or (test_index and not large and not compile)"
+fi
+
 echo "==== device ===="; cat "$OUT/device.txt"
 for log in tests memcheck; do [ -f "$OUT/$log.log" ] && { echo "==== $log (tail) ===="; tail -n 8 "$OUT/$log.log"; }; done
-for log in ab_split_fp8s ab_b8_splits ab_union; do
+for log in ab_sparse_v211 ab_split_fp8s ab_b8_splits ab_union; do
   [ -f "$OUT/$log.log" ] && { echo "==== $log ===="; cat "$OUT/$log.log"; }
 done
-[ -f "$OUT/index_suite.log" ] && { echo "==== index_suite (summary) ===="; grep -i "summary" "$OUT/index_suite.log"; }
+[ -f "$OUT/index_suite.log" ] && { echo "==== index_suite ===="; grep -i "summary\|variant\|---\| H " "$OUT/index_suite.log" | tail -n 40; }
 echo "==== summary ===="
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"

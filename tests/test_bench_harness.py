@@ -105,6 +105,9 @@ def test_ab_variant_parse():
     assert Variant.parse("base") == Variant("base", {})
     assert Variant.parse("x:A=1,B=two") == Variant("x", {"A": "1", "B": "two"})
     assert Variant.parse("y:A=") == Variant("y", {"A": ""})
+    assert Variant.parse("old:@root=/tmp/base,A=1") == Variant("old", {"A": "1"}, "/tmp/base")
+    assert Variant("old", {}, "/tmp/base").script("bench/x.py") == "/tmp/base/bench/x.py"
+    assert Variant("new").script("bench/x.py") == "bench/x.py"
     for bad in ("", ":A=1", "A=1", "x:A", "x:=1"):
         with pytest.raises(ValueError):
             Variant.parse(bad)
@@ -129,7 +132,7 @@ def test_ab_compare_medians_ratios_and_missing_cases():
     assert "x" not in groups[0]
 
 
-def test_ab_runs_each_variant_with_its_environment(tmp_path, capsys):
+def test_ab_runs_each_variant_with_its_environment(tmp_path, capsys, monkeypatch):
     from msa_ops.bench.ab import main
 
     fake = tmp_path / "fake_bench.py"   # a benchmark whose time is the knob's value
@@ -150,6 +153,15 @@ def test_ab_runs_each_variant_with_its_environment(tmp_path, capsys):
     assert [g["weighted_mbu"] for g in result["groups"]] == [pytest.approx(100.0), pytest.approx(250.0)]
     text = capsys.readouterr().out
     assert "fast/base" in text and "0.400" in text
+
+    other = tmp_path / "other"        # @root: the same script path under another checkout
+    other.mkdir()
+    (other / fake.name).write_text(fake.read_text().replace("'10'", "'20'"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["-v", "new", "-v", f"old:@root={other}", "--out", str(out), "--json", "ab2.json", "--",
+                 fake.name, "1000"]) == 0
+    (case,) = json.loads((tmp_path / "ab2.json").read_text())["cases"]
+    assert (case["new us"], case["old us"]) == (10.0, 20.0)
 
     failing = tmp_path / "failing_bench.py"
     failing.write_text("import sys\nsys.exit(3)\n")

@@ -1,7 +1,8 @@
 """A/B runs of one microbenchmark under several environments (kernel-variant knobs), one table per case.
 
 Each variant is a name and a set of environment assignments (``fp8s:MSA_SPARSE_DECODE_SPLIT_FP8S=1``; a bare
-name runs with the environment as it is). The benchmark runs once per variant and repeat, variants interleaved
+name runs with the environment as it is; ``@root=DIR`` runs DIR's copy of the benchmark, i.e. another checkout's
+build). The benchmark runs once per variant and repeat, variants interleaved
 (A B C A B C ...) so that a drift of the machine hits them alike, each writing its ``--json``; the table gives
 per case the median over repeats of each variant's median µs and its ratio to the first variant, then each
 variant's summary figures (weighted MBU and the other bars' numbers) per format and geometry.
@@ -32,21 +33,33 @@ SUMMARY_FIELDS = ("weighted_mbu", "mix_mbu", "min_mbu", "max_us_low_latency", "m
 
 @dataclass
 class Variant:
+    """A name, environment assignments and optionally another checkout (``@root=DIR``: the benchmark script at
+    the same relative path under DIR, so that it imports DIR's msa_ops build: an A/B against older code)."""
+
     name: str
     env: dict[str, str] = field(default_factory=dict)
+    root: str | None = None
 
     @classmethod
     def parse(cls, text: str) -> "Variant":
         name, _, assignments = text.partition(":")
         if not name or "=" in name:
             raise ValueError(f"variant {text!r}: expected NAME or NAME:VAR=VALUE[,VAR=VALUE...]")
-        env = {}
+        env, root = {}, None
         for item in filter(None, assignments.split(",")):
             var, eq, value = item.partition("=")
             if not eq or not var:
                 raise ValueError(f"variant {text!r}: {item!r} is not VAR=VALUE")
-            env[var] = value
-        return cls(name, env)
+            if var == "@root":
+                root = value
+            else:
+                env[var] = value
+        return cls(name, env, root)
+
+    def script(self, bench_script: str) -> str:
+        if self.root is None:
+            return bench_script
+        return str(Path(self.root) / Path(bench_script).resolve().relative_to(Path.cwd().resolve()))
 
 
 def case_key(row: dict[str, Any]) -> tuple:
@@ -101,8 +114,8 @@ def run_variants(bench: Sequence[str], variants: Sequence[Variant], repeat: int,
             json_path, log_path = out / f"{stem}.json", out / f"{stem}.log"
             env = {**os.environ, **v.env}
             with open(log_path, "w") as log:
-                rc = subprocess.run([python, *bench, "--json", str(json_path)], env=env, stdout=log,
-                                    stderr=subprocess.STDOUT).returncode
+                cmd = [python, v.script(bench[0]), *bench[1:], "--json", str(json_path)]
+                rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
             if rc != 0 or not json_path.exists():
                 print(f"variant {v.name} (repeat {r}) failed with exit code {rc}: see {log_path}", file=sys.stderr)
                 continue
@@ -143,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if name != first:
             case_cols.append((f"{name}/{first}", f"{name}/{first}", ".3f"))
     print(" ".join(f"{v.name}={','.join(f'{k}={x}' for k, x in v.env.items()) or '(env as is)'}"
-                   for v in args.variant))
+                   + (f" from {v.root}" if v.root else "") for v in args.variant))
     print(f"median of {args.repeat} run(s) per variant, each the benchmark's median µs")
     print(format_table(cases, case_cols))
     if groups:
