@@ -24,6 +24,8 @@ step() {  # step NAME COMMAND...: output to $OUT/NAME.log, killed at the deadlin
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/device.txt" 2>&1
 if ! step build bash scripts/install.sh; then tail -n 40 "$OUT/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
 
+step pipe_rates bash -c "nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o '$OUT/pipe_rates' \
+  scripts/pipe_rates.cu && '$OUT/pipe_rates' && rm -f '$OUT/pipe_rates'"
 if [ "$STAGE" != bench ]; then
   step tests timeout 240 python3 -m pytest -q -p no:logging -m cuda tests/test_index_decode.py tests/test_sparse_decode.py
 fi
@@ -75,7 +77,7 @@ if [ "$STAGE" != bench ]; then  # last: the slowest step, and only a check of co
     -k "(fp8s and not union) or (test_index and not large and not compile)"
 fi
 
-echo "==== device ===="; cat "$OUT/device.txt"
+echo "==== device ===="; cat "$OUT/device.txt"; cat "$OUT/pipe_rates.log"
 for log in tests memcheck; do [ -f "$OUT/$log.log" ] && { echo "==== $log (tail) ===="; tail -n 8 "$OUT/$log.log"; }; done
 for log in ab_sparse_v211 ab_split_fp8s ab_b8_splits ab_union; do
   [ -f "$OUT/$log.log" ] && { echo "==== $log ===="; cat "$OUT/$log.log"; }
