@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The next GPU session's first device call, as written at the end of the last session without one (bench/NOTES.md,
 # "Next GPU session", item 1): build, the CUDA tests of the unrun code, memcheck, then the A/Bs, in one call of
-# under 10 minutes (steps are cut at $DEADLINE s). Logs and JSON under $OUT (./gpu-out when unset); a summary with exit codes prints last.
+# under 10 minutes (steps are cut at $DEADLINE s). Logs and JSON under $OUT (./gpu-out when unset); a summary
+# with exit codes prints last.
 # Rewrite it when the plan changes; `STAGE=tests|bench` runs only that half.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -52,6 +53,11 @@ if [ "$STAGE" != tests ]; then
   else
     step index_suite python3 bench/bench_index_decode.py --no-corner --json "$OUT/index_suite.json"
   fi
+  # Indexer score kernel: each slice's k16-steps in 1 / 2 / 4 commit groups, the next group decoded while the
+  # previous one runs (MSA_INDEX_WGMMA_GROUPS, session 19, unrun; bench/NOTES.md indexer v11).
+  step ab_index_groups python3 bench/ab.py --out "$OUT/ab_index_groups" --json "$OUT/ab_index_groups.json" \
+    -v g1:MSA_INDEX_WGMMA_GROUPS=1 -v g2:MSA_INDEX_WGMMA_GROUPS=2 -v g4:MSA_INDEX_WGMMA_GROUPS=4 \
+    -- bench/bench_index_decode.py --no-corner --heads 4 --cases 4:32000,8:10000,8:100000,32:100000,128:200000
   # Split kernel S: fp16 / FP8 waiting at once / FP8 pipelined (v2.10 item 4), the union pass off.
   cases=1:32000,4:32000,8:10000,8:100000,8:200000,32:5000,32:10000,32:100000,64:5000,64:10000,64:50000,128:5000,128:10000
   step ab_split_fp8s python3 bench/ab.py --out "$OUT/ab_split_fp8s" --json "$OUT/ab_split_fp8s.json" \
@@ -79,9 +85,10 @@ fi
 
 echo "==== device ===="; cat "$OUT/device.txt"; cat "$OUT/pipe_rates.log"
 for log in tests memcheck; do [ -f "$OUT/$log.log" ] && { echo "==== $log (tail) ===="; tail -n 8 "$OUT/$log.log"; }; done
-for log in ab_sparse_v211 ab_split_fp8s ab_b8_splits ab_union; do
+for log in ab_index_groups ab_sparse_v211 ab_split_fp8s ab_b8_splits ab_union; do
   [ -f "$OUT/$log.log" ] && { echo "==== $log ===="; cat "$OUT/$log.log"; }
 done
-[ -f "$OUT/index_suite.log" ] && { echo "==== index_suite ===="; grep -i "summary\|variant\|---\| H " "$OUT/index_suite.log" | tail -n 40; }
+[ -f "$OUT/index_suite.log" ] && {
+  echo "==== index_suite ===="; grep -i "summary\|variant\|---\| H " "$OUT/index_suite.log" | tail -n 40; }
 echo "==== summary ===="
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"

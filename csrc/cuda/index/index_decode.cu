@@ -129,11 +129,26 @@ int score_trigger_slices() {
   return slices;
 }
 
+// Experiment knob MSA_INDEX_WGMMA_GROUPS (1 default; 2 or 4): the Hopper score kernel issues each slice's 8 k16-steps
+// in that many commit groups, decoding group j + 1 while group j's wgmmas run (dense token rows only; strided rows
+// keep one group). Written in session 19 without a GPU: compiled (no spills, same registers), not yet measured.
+// Prediction: the per-warp chain decode -> 8 wgmma -> wait -> max is what the scheduler waits on (session 8's
+// stalls: fixed-latency waits first), so 2 groups should take ~5-15 % off the large NVFP4 cases; 4 groups more
+// overlap but 4 arrive / commit pairs per slice.
+int wgmma_groups() {
+  static const int groups = msa::cuda::env_choice("MSA_INDEX_WGMMA_GROUPS", {1, 2, 4}, 1);
+  return groups;
+}
+
 template <KeyKind kKeys, int kN>
 LaunchStatus launch_wgmma_rows(ScoreArgs a, cudaStream_t stream) {
   const bool dense = a.key_stride_token == WgmmaConfig::row_bytes(kKeys) &&
                      (kKeys != KeyKind::kNvfp4 || a.scale_stride_token == WgmmaConfig::kScaleRowBytes);
-  auto kernel = dense ? index_scores_wgmma_kernel<kKeys, kN, true> : index_scores_wgmma_kernel<kKeys, kN, false>;
+  const int groups = dense ? wgmma_groups() : 1;
+  auto kernel = !dense         ? index_scores_wgmma_kernel<kKeys, kN, false>
+                : groups == 2 ? index_scores_wgmma_kernel<kKeys, kN, true, 2>
+                : groups == 4 ? index_scores_wgmma_kernel<kKeys, kN, true, 4>
+                               : index_scores_wgmma_kernel<kKeys, kN, true>;
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
   if (!ready.is_ok()) return ready;
   int slots = 0;  // CTAs resident at once

@@ -112,24 +112,27 @@ __device__ __forceinline__ void scale_pair_table_offsets(uint32_t two_scales, ui
   offset[1] = high * 8u;
 }
 
-// The f16 A fragments (8 k16-steps x 4 registers) of one slice: keys g (a0, a2) and g + 8 (a1, a3). k16-step
-// t takes the thread's dims 32 quad + 4 t + [0, 4): (a0 | a1) dims + 0, 1; (a2 | a3) dims + 2, 3.
-// NVFP4 goes through the E4M3 bytes of the Q8KV4 dequant (per-scale tables, 9 integer instructions per 8
-// codes) and one exact cvt per pair to fp16.
+// The f16 A fragments of one slice's k16-steps [2 kW0, 2 kW0 + 2 kWords) (8 k16-steps x 4 registers in all):
+// keys g (a0, a2) and g + 8 (a1, a3); k16-step t takes the thread's dims 32 quad + 4 t + [0, 4): (a0 | a1) dims
+// + 0, 1; (a2 | a3) dims + 2, 3. Word s of each key's codes (dims 32 quad + 8 s + [0, 8)) gives k16-steps 2s,
+// 2s + 1. NVFP4 goes through the E4M3 bytes of the Q8KV4 dequant (per-scale tables, 8 integer instructions and
+// one IMAD.HI per 8 codes) and one exact cvt per pair to fp16; `table_offset` from scale_pair_table_offsets of
+// the slice's two scale pairs (computed once per slice when the fragments are built in parts).
+// kW0 and kWords must be compile-time constants once inlined (unrolled loops), 0 <= kW0 < kW0 + kWords <= 4.
 template <KeyKind kKeys>
-__device__ __forceinline__ void slice_fragments_f16(const SliceFetch<kKeys>& f, const uint2* tables,
-                                                    uint32_t (&a)[8][4]) {
+__device__ __forceinline__ void slice_fragments_f16_part(const SliceFetch<kKeys>& f, const uint2* tables,
+                                                         const uint32_t (&table_offset)[2][2], const int kW0,
+                                                         const int kWords, uint32_t (&a)[8][4]) {
 #pragma unroll
   for (int kk = 0; kk < 2; ++kk) {
     if constexpr (kKeys == KeyKind::kNvfp4) {
       const uint32_t codes[4] = {f.codes[kk].x, f.codes[kk].y, f.codes[kk].z, f.codes[kk].w};
-      uint32_t table_offset[2];
-      scale_pair_table_offsets(f.scales[kk], table_offset);
 #pragma unroll
-      for (int gh = 0; gh < 2; ++gh) {
-        const uint2 t = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint8_t*>(tables) + table_offset[gh]);
+      for (int gh = kW0 / 2; gh <= (kW0 + kWords - 1) / 2; ++gh) {
+        const uint2 t =
+            *reinterpret_cast<const uint2*>(reinterpret_cast<const uint8_t*>(tables) + table_offset[kk][gh]);
 #pragma unroll
-        for (int s = 2 * gh; s < 2 * gh + 2; ++s) {  // word s: dims 32 quad + 8 s + [0, 8) = k16-steps 2s, 2s+1
+        for (int s = max(2 * gh, kW0); s < min(2 * gh + 2, kW0 + kWords); ++s) {
           uint32_t lo, hi;  // E4M3 bytes of codes 0..3, 4..7
           e2m1x8_to_e4m3x8(codes[s], t.x, t.y, lo, hi);
           a[2 * s][kk] = e4m3_lo_to_f16x2(lo);
@@ -142,12 +145,32 @@ __device__ __forceinline__ void slice_fragments_f16(const SliceFetch<kKeys>& f, 
       const uint32_t w[8] = {f.v[kk][0].x, f.v[kk][0].y, f.v[kk][0].z, f.v[kk][0].w,
                              f.v[kk][1].x, f.v[kk][1].y, f.v[kk][1].z, f.v[kk][1].w};
 #pragma unroll
-      for (int t = 0; t < 8; ++t) {
+      for (int t = 2 * kW0; t < 2 * (kW0 + kWords); ++t) {
         a[t][kk] = e4m3_lo_to_f16x2(w[t]);
         a[t][kk + 2] = e4m3_hi_to_f16x2(w[t]);
       }
     }
   }
+}
+
+// The table offsets of a slice's two scale pairs (NVFP4; unused for E4M3 keys).
+template <KeyKind kKeys>
+__device__ __forceinline__ void slice_table_offsets(const SliceFetch<kKeys>& f, uint32_t (&table_offset)[2][2]) {
+  if constexpr (kKeys == KeyKind::kNvfp4) {
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) scale_pair_table_offsets(f.scales[kk], table_offset[kk]);
+  } else {
+    table_offset[0][0] = table_offset[0][1] = table_offset[1][0] = table_offset[1][1] = 0u;
+  }
+}
+
+// All 8 k16-steps of one slice at once.
+template <KeyKind kKeys>
+__device__ __forceinline__ void slice_fragments_f16(const SliceFetch<kKeys>& f, const uint2* tables,
+                                                    uint32_t (&a)[8][4]) {
+  uint32_t table_offset[2][2];
+  slice_table_offsets<kKeys>(f, table_offset);
+  slice_fragments_f16_part<kKeys>(f, tables, table_offset, 0, 4, a);
 }
 
 // Operands: keys and queries widened exactly to fp16, wgmma m64nNk16 with fp32 accumulation (meets SPEC's 1e-4
@@ -158,9 +181,14 @@ __device__ __forceinline__ void slice_fragments_f16(const SliceFetch<kKeys>& f, 
 // kDenseRows: tokens of a page are packed (key rows of 64 NVFP4 / 128 E4M3 bytes, scale rows of 8), so every
 // load of a slice is the page base plus a compile-time offset; otherwise the token strides are runtime values.
 // Page strides are 32-bit in both (the launcher checks it).
-template <KeyKind kKeys, int kN, bool kDenseRows>
+//
+// kGroups: the slice's 8 k16-steps go out in kGroups commit groups (1, 2 or 4), each built just before it is
+// issued, so the decode of group j + 1 runs while group j's wgmmas do (same fragment registers as one group:
+// each group has its own); 1 builds all 8 steps, then issues them (the measured default).
+template <KeyKind kKeys, int kN, bool kDenseRows, int kGroups = 1>
 __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(kKeys, kN))
     index_scores_wgmma_kernel(const ScoreArgs a) {
+  static_assert(kGroups == 1 || kGroups == 2 || kGroups == 4, "k16-steps per commit group: 8, 4 or 2");
 #if MSA_WGMMA
   MSA_TRACE(0, 0);
   msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
@@ -331,19 +359,43 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
         const int page = p_begin + (s0 + d) / C::kSlices;
         const int half = d % C::kSlices;
         uint32_t frag[kSteps][4];
-        slice_fragments_f16<kKeys>(ring[d], tables, frag);
-        if (s0 + d == 0) MSA_TRACE(0, 4);
-        if (s0 + d == trigger_step) msa::cuda::allow_dependent_launch();
-        // Fragments complete before the wgmma fence (else ptxas inserts a warpgroup arrive per k-step).
+        if constexpr (kGroups == 1) {
+          slice_fragments_f16<kKeys>(ring[d], tables, frag);
+          if (s0 + d == 0) MSA_TRACE(0, 4);
+          if (s0 + d == trigger_step) msa::cuda::allow_dependent_launch();
+          // Fragments complete before the wgmma fence (else ptxas inserts a warpgroup arrive per k-step).
 #pragma unroll
-        for (int s = 0; s < kSteps; ++s)
+          for (int s = 0; s < kSteps; ++s)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(frag[s][i]));
-        msa::cuda::wgmma_fence_operands(acc);
-        msa::cuda::wgmma_fence();
+            for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(frag[s][i]));
+          msa::cuda::wgmma_fence_operands(acc);
+          msa::cuda::wgmma_fence();
 #pragma unroll
-        for (int s = 0; s < kSteps; ++s) msa::cuda::wgmma_m64k16<kN, false, false>(acc, frag[s], desc0 + 16 * s, s > 0);
-        msa::cuda::wgmma_commit();
+          for (int s = 0; s < kSteps; ++s)
+            msa::cuda::wgmma_m64k16<kN, false, false>(acc, frag[s], desc0 + 16 * s, s > 0);
+          msa::cuda::wgmma_commit();
+        } else {
+          constexpr int kGroupSteps = kSteps / kGroups, kGroupWords = kGroupSteps / 2;
+          uint32_t table_offset[2][2];
+          slice_table_offsets<kKeys>(ring[d], table_offset);
+          if (s0 + d == 0) MSA_TRACE(0, 4);
+          if (s0 + d == trigger_step) msa::cuda::allow_dependent_launch();
+          msa::cuda::wgmma_fence_operands(acc);  // once: between the groups acc stays with the wgmma pipeline
+#pragma unroll
+          for (int grp = 0; grp < kGroups; ++grp) {
+            // Fragments of this group only; the registers of the groups in flight are left alone.
+            slice_fragments_f16_part<kKeys>(ring[d], tables, table_offset, grp * kGroupWords, kGroupWords, frag);
+#pragma unroll
+            for (int s = grp * kGroupSteps; s < (grp + 1) * kGroupSteps; ++s)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(frag[s][i]));
+            msa::cuda::wgmma_fence();
+#pragma unroll
+            for (int s = grp * kGroupSteps; s < (grp + 1) * kGroupSteps; ++s)
+              msa::cuda::wgmma_m64k16<kN, false, false>(acc, frag[s], desc0 + 16 * s, s > 0);
+            msa::cuda::wgmma_commit();
+          }
+        }
         issue(s0 + d + kDepth, half, ring[d]);  // the next loads' address work overlaps the wgmma
         msa::cuda::wgmma_wait<0>();
         msa::cuda::wgmma_fence_operands(acc);
