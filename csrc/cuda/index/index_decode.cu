@@ -135,9 +135,15 @@ int score_trigger_slices() {
 // Prediction: the per-warp chain decode -> 8 wgmma -> wait -> max is what the scheduler waits on (session 8's
 // stalls: fixed-latency waits first), so 2 groups should take ~5-15 % off the large NVFP4 cases; 4 groups more
 // overlap but 4 arrive / commit pairs per slice.
+// MSA_INDEX_WGMMA_CARRY=1 (2 groups): besides, the next slice's first group is decoded while this slice's second
+// group runs (after wgmma.wait_group 1), so of the chain only the max waits for the tensor cores.
 int wgmma_groups() {
   static const int groups = msa::cuda::env_choice("MSA_INDEX_WGMMA_GROUPS", {1, 2, 4}, 1);
   return groups;
+}
+bool wgmma_carry() {
+  static const bool carry = msa::cuda::env_choice("MSA_INDEX_WGMMA_CARRY", {0, 1}, 0) == 1;
+  return carry;
 }
 
 template <KeyKind kKeys, int kN>
@@ -146,6 +152,7 @@ LaunchStatus launch_wgmma_rows(ScoreArgs a, cudaStream_t stream) {
                      (kKeys != KeyKind::kNvfp4 || a.scale_stride_token == WgmmaConfig::kScaleRowBytes);
   const int groups = dense ? wgmma_groups() : 1;
   auto kernel = !dense         ? index_scores_wgmma_kernel<kKeys, kN, false>
+                : wgmma_carry() ? index_scores_wgmma_kernel<kKeys, kN, true, 2, true>
                 : groups == 2 ? index_scores_wgmma_kernel<kKeys, kN, true, 2>
                 : groups == 4 ? index_scores_wgmma_kernel<kKeys, kN, true, 4>
                                : index_scores_wgmma_kernel<kKeys, kN, true>;

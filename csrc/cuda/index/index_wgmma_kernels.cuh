@@ -184,11 +184,14 @@ __device__ __forceinline__ void slice_fragments_f16(const SliceFetch<kKeys>& f, 
 //
 // kGroups: the slice's 8 k16-steps go out in kGroups commit groups (1, 2 or 4), each built just before it is
 // issued, so the decode of group j + 1 runs while group j's wgmmas do (same fragment registers as one group:
-// each group has its own); 1 builds all 8 steps, then issues them (the measured default).
-template <KeyKind kKeys, int kN, bool kDenseRows, int kGroups = 1>
+// each group has its own); 1 builds all 8 steps, then issues them (the measured default). kCarry (with 2 groups):
+// besides, once the first group is done (wgmma.wait_group 1) the next slice's first group is decoded into its
+// registers while this slice's second group runs, so only the max waits for the tensor cores.
+template <KeyKind kKeys, int kN, bool kDenseRows, int kGroups = 1, bool kCarry = false>
 __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(kKeys, kN))
     index_scores_wgmma_kernel(const ScoreArgs a) {
   static_assert(kGroups == 1 || kGroups == 2 || kGroups == 4, "k16-steps per commit group: 8, 4 or 2");
+  static_assert(!kCarry || kGroups == 2, "the carried first group is half a slice");
 #if MSA_WGMMA
   MSA_TRACE(0, 0);
   msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
@@ -351,6 +354,12 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
     float acc[kN / 2];
 #pragma unroll
     for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0f;
+    uint32_t carried[kSteps][4];  // kCarry: k16-steps 0-3 of the next slice (then 4-7 of this one)
+    if constexpr (kCarry) {
+      uint32_t table_offset[2][2];
+      slice_table_offsets<kKeys>(ring[0], table_offset);
+      slice_fragments_f16_part<kKeys>(ring[0], tables, table_offset, 0, 2, carried);
+    }
 
     for (int s0 = 0; s0 < steps; s0 += kDepth) {
 #pragma unroll
@@ -374,6 +383,25 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
           for (int s = 0; s < kSteps; ++s)
             msa::cuda::wgmma_m64k16<kN, false, false>(acc, frag[s], desc0 + 16 * s, s > 0);
           msa::cuda::wgmma_commit();
+        } else if constexpr (kCarry) {
+          uint32_t table_offset[2][2];
+          slice_table_offsets<kKeys>(ring[d], table_offset);
+          if (s0 + d == 0) MSA_TRACE(0, 4);
+          if (s0 + d == trigger_step) msa::cuda::allow_dependent_launch();
+          msa::cuda::wgmma_fence_operands(acc);
+#pragma unroll
+          for (int grp = 0; grp < 2; ++grp) {
+            if (grp == 1) slice_fragments_f16_part<kKeys>(ring[d], tables, table_offset, 2, 2, carried);
+#pragma unroll
+            for (int s = 4 * grp; s < 4 * grp + 4; ++s)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(carried[s][i]));
+            msa::cuda::wgmma_fence();
+#pragma unroll
+            for (int s = 4 * grp; s < 4 * grp + 4; ++s)
+              msa::cuda::wgmma_m64k16<kN, false, false>(acc, carried[s], desc0 + 16 * s, s > 0);
+            msa::cuda::wgmma_commit();
+          }
         } else {
           constexpr int kGroupSteps = kSteps / kGroups, kGroupWords = kGroupSteps / 2;
           uint32_t table_offset[2][2];
@@ -397,6 +425,15 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
           }
         }
         issue(s0 + d + kDepth, half, ring[d]);  // the next loads' address work overlaps the wgmma
+        if constexpr (kCarry) {
+          // The first group is done: its registers take the next slice's first group (ring slot d + 1 was
+          // loaded kDepth - 1 slices ago; past the last slice the stale slot decodes to values never used).
+          msa::cuda::wgmma_wait<1>();
+          const SliceFetch<kKeys>& next = ring[(d + 1) % kDepth];
+          uint32_t table_offset[2][2];
+          slice_table_offsets<kKeys>(next, table_offset);
+          slice_fragments_f16_part<kKeys>(next, tables, table_offset, 0, 2, carried);
+        }
         msa::cuda::wgmma_wait<0>();
         msa::cuda::wgmma_fence_operands(acc);
         // acc[4 nt + c]: key g (c < 2) or g + 8, row 8 nt + 2 quad + (c & 1).
