@@ -57,8 +57,8 @@ if [ "$STAGE" != tests ]; then
   # previous one runs (MSA_INDEX_WGMMA_GROUPS, session 19, unrun; bench/NOTES.md indexer v11).
   step ab_index_groups python3 bench/ab.py --out "$OUT/ab_index_groups" --json "$OUT/ab_index_groups.json" \
     -v g1:MSA_INDEX_WGMMA_GROUPS=1 -v g2:MSA_INDEX_WGMMA_GROUPS=2 -v g4:MSA_INDEX_WGMMA_GROUPS=4 \
-    -v g2carry:MSA_INDEX_WGMMA_CARRY=1 \
-    -- bench/bench_index_decode.py --no-corner --heads 4 --cases 4:32000,8:10000,8:100000,32:100000,128:200000
+    -v g2carry:MSA_INDEX_WGMMA_CARRY=1 -v ctas5:MSA_INDEX_WGMMA_CTAS=5 \
+    -- bench/bench_index_decode.py --no-corner --heads 4,1 --cases 8:10000,8:100000,32:100000,128:200000
   # Split kernel S: fp16 / FP8 waiting at once / FP8 pipelined (v2.10 item 4), the union pass off.
   cases=1:32000,4:32000,8:10000,8:100000,8:200000,32:5000,32:10000,32:100000,64:5000,64:10000,64:50000,128:5000,128:10000
   step ab_split_fp8s python3 bench/ab.py --out "$OUT/ab_split_fp8s" --json "$OUT/ab_split_fp8s.json" \

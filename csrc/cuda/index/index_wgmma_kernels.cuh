@@ -187,8 +187,11 @@ __device__ __forceinline__ void slice_fragments_f16(const SliceFetch<kKeys>& f, 
 // each group has its own); 1 builds all 8 steps, then issues them (the measured default). kCarry (with 2 groups):
 // besides, once the first group is done (wgmma.wait_group 1) the next slice's first group is decoded into its
 // registers while this slice's second group runs, so only the max waits for the tensor cores.
-template <KeyKind kKeys, int kN, bool kDenseRows, int kGroups = 1, bool kCarry = false>
-__global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(kKeys, kN))
+//
+// kMinCtas > 0 (NVFP4, experiment): that many CTAs per SM by the launch bounds, with 2 slices of loads in flight
+// instead of 4 (the ring is ~20 of the 128 registers); 0: WgmmaConfig::min_ctas and kDepth.
+template <KeyKind kKeys, int kN, bool kDenseRows, int kGroups = 1, bool kCarry = false, int kMinCtas = 0>
+__global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas : WgmmaConfig::min_ctas(kKeys, kN))
     index_scores_wgmma_kernel(const ScoreArgs a) {
   static_assert(kGroups == 1 || kGroups == 2 || kGroups == 4, "k16-steps per commit group: 8, 4 or 2");
   static_assert(!kCarry || kGroups == 2, "the carried first group is half a slice");
@@ -198,7 +201,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(k
   MSA_TRACE(0, 1);
   using C = WgmmaConfig;
   constexpr int kNTiles = kN / 8;
-  constexpr int kDepth = C::kDepth;
+  constexpr int kDepth = kMinCtas > 0 ? 2 : C::kDepth;
   constexpr int kSteps = 8;            // MMA k16-steps over the 128 dims
   constexpr int kChunkBytes = 2048;    // one 8-row group of the query tile
   constexpr int kRowBytes = C::row_bytes(kKeys);
