@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The next GPU session's second device call (bench/NOTES.md, "Next GPU session", item 2): ncu of the two hot
+# loops, to learn which pipe is full and what the warps wait on. One launch of each kernel (after 2 warm-up
+# launches), clocks left alone; logs under $OUT (./gpu-out when unset), a summary with exit codes prints last.
+# Builds first (a warm machine keeps the first call's build). `KNOBS="MSA_INDEX_WGMMA_GROUPS=2 ..."` profiles the
+# index score kernel once more under those settings (e.g. the best variant of the first call's ab_index_groups).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-./gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 MSA_CUDA_ARCHS=${MSA_CUDA_ARCHS:-9.0a} MAX_JOBS=${MAX_JOBS:-16}
+declare -a summary
+T0=$(date +%s) DEADLINE=${DEADLINE:-570}
+step() {  # step NAME COMMAND...: output to $OUT/NAME.log, killed at the deadline
+  local name=$1; shift
+  local t0=$(date +%s) left=$(( DEADLINE - $(date +%s) + T0 ))
+  if [ "$left" -le 5 ]; then summary+=("$(printf '%-22s skipped (deadline)' "$name")"); return 1; fi
+  timeout "$left" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-22s rc=%-3s %4ss' "$name" "$rc" $(( $(date +%s) - t0 )))")
+  return $rc
+}
+ncu_one() {  # ncu_one NAME KERNEL_REGEX COMMAND...
+  local name=$1 regex=$2; shift 2
+  step "ncu_$name" ncu --clock-control none -k "regex:$regex" --launch-skip 2 --launch-count 1 \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats --section Occupancy \
+    --section WarpStateStats --section SchedulerStats --section LaunchStats "$@"
+}
+
+if ! step build bash scripts/install.sh; then tail -n 40 "$OUT/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
+index=(python3 bench/bench_index_decode.py --keys nvfp4 --heads 4 --no-corner --cases)
+ncu_one index_b128_n200k index_scores "${index[@]}" 128:200000
+ncu_one index_b8_n100k index_scores "${index[@]}" 8:100000
+if [ -n "${KNOBS:-}" ]; then
+  ncu_one index_b128_n200k_knobs index_scores env $KNOBS "${index[@]}" 128:200000
+fi
+ncu_one sparse_split_b8_n100k sparse_decode_split python3 bench/bench_sparse_decode.py --kv nvfp4 --geometry 64/4 \
+  --no-sdpa --cases 8:100000
+
+for log in "$OUT"/ncu_*.log; do
+  echo "==== $(basename "$log") ===="
+  grep -E "index_scores|sparse_decode_split|Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|Issued Ipc|\
+Eligible Warps|Active Warps Per|No Eligible|Warp Cycles Per Issued|Executed Ipc|Pipe|ALU|FMA|Tensor|Stall" "$log" \
+    | head -n 60
+done
+echo "==== summary ===="
+printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
