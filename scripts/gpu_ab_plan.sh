@@ -42,23 +42,20 @@ if [ "$STAGE" != tests ] && [ -f "$BASELINE" ]; then
 fi
 
 if [ "$STAGE" != tests ]; then
-  # Indexer v10 (integer-pipe trims, default): the full suite, both H, against the baseline build when there is one
-  # (else compare with bench/NOTES.md v9's figures).
+  # Indexer, heaviest cases first (the bar's weight): the baseline build (v9) against v10 (integer-pipe trims,
+  # default) and v11's unrun knobs (bench/NOTES.md indexer v11): each slice's k16-steps in 2 / 4 commit groups,
+  # 2 groups + the next slice's first group decoded early, 5 CTAs per SM (NVFP4, <= 32 rows).
+  base_variant=()
+  [ -n "$base_root" ] && base_variant=(-v base:@root="$base_root")
+  step ab_index_groups python3 bench/ab.py --out "$OUT/ab_index_groups" --json "$OUT/ab_index_groups.json" \
+    "${base_variant[@]}" -v v10:MSA_INDEX_WGMMA_GROUPS=1 -v g2:MSA_INDEX_WGMMA_GROUPS=2 \
+    -v g4:MSA_INDEX_WGMMA_GROUPS=4 -v g2carry:MSA_INDEX_WGMMA_CARRY=1 -v ctas5:MSA_INDEX_WGMMA_CTAS=5 \
+    -- bench/bench_index_decode.py --no-corner --heads 4,1 --cases 8:100000,32:100000,128:200000
   if [ -n "$base_root" ]; then
-    step index_suite python3 bench/ab.py --out "$OUT/ab_index" --json "$OUT/ab_index.json" \
-      -v base:@root="$base_root" -v v10 -- bench/bench_index_decode.py --no-corner
     step ab_sparse_v211 python3 bench/ab.py --out "$OUT/ab_sparse_v211" --json "$OUT/ab_sparse_v211.json" \
       -v base:@root="$base_root" -v v211 -- bench/bench_sparse_decode.py --no-sdpa --kv nvfp4 --geometry 64/4 \
       --cases 4:32000,8:10000,8:100000,8:200000,32:5000,32:100000,128:5000
-  else
-    step index_suite python3 bench/bench_index_decode.py --no-corner --json "$OUT/index_suite.json"
   fi
-  # Indexer score kernel: each slice's k16-steps in 1 / 2 / 4 commit groups, the next group decoded while the
-  # previous one runs (MSA_INDEX_WGMMA_GROUPS, session 19, unrun; bench/NOTES.md indexer v11).
-  step ab_index_groups python3 bench/ab.py --out "$OUT/ab_index_groups" --json "$OUT/ab_index_groups.json" \
-    -v g1:MSA_INDEX_WGMMA_GROUPS=1 -v g2:MSA_INDEX_WGMMA_GROUPS=2 -v g4:MSA_INDEX_WGMMA_GROUPS=4 \
-    -v g2carry:MSA_INDEX_WGMMA_CARRY=1 -v ctas5:MSA_INDEX_WGMMA_CTAS=5 \
-    -- bench/bench_index_decode.py --no-corner --heads 4,1 --cases 8:10000,8:100000,32:100000,128:200000
   # Split kernel S: fp16 / FP8 waiting at once / FP8 pipelined (v2.10 item 4), the union pass off.
   cases=1:32000,4:32000,8:10000,8:100000,8:200000,32:5000,32:10000,32:100000,64:5000,64:10000,64:50000,128:5000,128:10000
   step ab_split_fp8s python3 bench/ab.py --out "$OUT/ab_split_fp8s" --json "$OUT/ab_split_fp8s.json" \
@@ -76,6 +73,8 @@ if [ "$STAGE" != tests ]; then
     -v split:MSA_SPARSE_DECODE_UNION=0 -v union:MSA_SPARSE_DECODE_UNION=1 \
     -- bench/bench_sparse_decode.py --no-sdpa --kv nvfp4,fp8 --geometry 64/4 \
     --cases 32:5000,32:10000,64:5000,64:10000,128:5000,128:10000
+  # The full index suite under the defaults (the bar's numbers; against v9's figures of record), last: the longest.
+  step index_suite python3 bench/bench_index_decode.py --no-corner --json "$OUT/index_suite.json"
 fi
 
 if [ "$STAGE" != bench ]; then  # last: the slowest step, and only a check of code already tested above
