@@ -10,17 +10,8 @@ OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 MSA_CUDA_ARCHS=${MSA_CUDA_ARCHS:-9.0a} MAX_JOBS=${MAX_JOBS:-16}
 STAGE=${STAGE:-all}
-declare -a summary
-T0=$(date +%s) DEADLINE=${DEADLINE:-570}  # seconds from the start: steps are cut there so the summary still prints
-step() {  # step NAME COMMAND...: output to $OUT/NAME.log, killed at the deadline
-  local name=$1; shift
-  local t0=$(date +%s) left=$(( DEADLINE - $(date +%s) + T0 ))
-  if [ "$left" -le 5 ]; then summary+=("$(printf '%-16s skipped (deadline)' "$name")"); return 1; fi
-  timeout "$left" "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  summary+=("$(printf '%-16s rc=%-3s %4ss  %s' "$name" "$rc" $(( $(date +%s) - t0 )) "$(tail -n 1 "$OUT/$name.log")")")
-  return $rc
-}
+# shellcheck source=scripts/gpu_steps.sh
+source scripts/gpu_steps.sh
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/device.txt" 2>&1
 if ! step build bash scripts/install.sh; then tail -n 40 "$OUT/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi

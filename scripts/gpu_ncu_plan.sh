@@ -9,17 +9,8 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 MSA_CUDA_ARCHS=${MSA_CUDA_ARCHS:-9.0a} MAX_JOBS=${MAX_JOBS:-16}
-declare -a summary
-T0=$(date +%s) DEADLINE=${DEADLINE:-570}
-step() {  # step NAME COMMAND...: output to $OUT/NAME.log, killed at the deadline
-  local name=$1; shift
-  local t0=$(date +%s) left=$(( DEADLINE - $(date +%s) + T0 ))
-  if [ "$left" -le 5 ]; then summary+=("$(printf '%-22s skipped (deadline)' "$name")"); return 1; fi
-  timeout "$left" "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  summary+=("$(printf '%-22s rc=%-3s %4ss' "$name" "$rc" $(( $(date +%s) - t0 )))")
-  return $rc
-}
+# shellcheck source=scripts/gpu_steps.sh
+source scripts/gpu_steps.sh
 ncu_one() {  # ncu_one NAME KERNEL_REGEX COMMAND...
   local name=$1 regex=$2; shift 2
   step "ncu_$name" ncu --clock-control none -k "regex:$regex" --launch-skip 2 --launch-count 1 \

@@ -370,62 +370,34 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas
         if (s0 + d >= steps) break;  // an odd page count ends mid-group (uniform over the CTA)
         const int page = p_begin + (s0 + d) / C::kSlices;
         const int half = d % C::kSlices;
-        uint32_t frag[kSteps][4];
-        if constexpr (kGroups == 1) {
-          slice_fragments_f16<kKeys>(ring[d], tables, frag);
-          if (s0 + d == 0) MSA_TRACE(0, 4);
-          if (s0 + d == trigger_step) msa::cuda::allow_dependent_launch();
+        uint32_t local_frag[kSteps][4];
+        uint32_t(&frag)[kSteps][4] = kCarry ? carried : local_frag;
+        uint32_t table_offset[2][2];
+        slice_table_offsets<kKeys>(ring[d], table_offset);
+        constexpr int kGroupSteps = kSteps / kGroups;
+#pragma unroll
+        for (int grp = 0; grp < kGroups; ++grp) {
+          // This group's fragments only (kCarry: the first group was built during the previous slice); the
+          // registers of the groups in flight are left alone.
+          if (!(kCarry && grp == 0)) {
+            slice_fragments_f16_part<kKeys>(ring[d], tables, table_offset, grp * kGroupSteps / 2, kGroupSteps / 2,
+                                            frag);
+          }
+          if (grp == 0) {
+            if (s0 + d == 0) MSA_TRACE(0, 4);
+            if (s0 + d == trigger_step) msa::cuda::allow_dependent_launch();
+          }
           // Fragments complete before the wgmma fence (else ptxas inserts a warpgroup arrive per k-step).
 #pragma unroll
-          for (int s = 0; s < kSteps; ++s)
+          for (int s = grp * kGroupSteps; s < (grp + 1) * kGroupSteps; ++s)
 #pragma unroll
             for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(frag[s][i]));
-          msa::cuda::wgmma_fence_operands(acc);
+          if (grp == 0) msa::cuda::wgmma_fence_operands(acc);  // between the groups acc stays with the wgmmas
           msa::cuda::wgmma_fence();
 #pragma unroll
-          for (int s = 0; s < kSteps; ++s)
+          for (int s = grp * kGroupSteps; s < (grp + 1) * kGroupSteps; ++s)
             msa::cuda::wgmma_m64k16<kN, false, false>(acc, frag[s], desc0 + 16 * s, s > 0);
           msa::cuda::wgmma_commit();
-        } else if constexpr (kCarry) {
-          uint32_t table_offset[2][2];
-          slice_table_offsets<kKeys>(ring[d], table_offset);
-          if (s0 + d == 0) MSA_TRACE(0, 4);
-          if (s0 + d == trigger_step) msa::cuda::allow_dependent_launch();
-          msa::cuda::wgmma_fence_operands(acc);
-#pragma unroll
-          for (int grp = 0; grp < 2; ++grp) {
-            if (grp == 1) slice_fragments_f16_part<kKeys>(ring[d], tables, table_offset, 2, 2, carried);
-#pragma unroll
-            for (int s = 4 * grp; s < 4 * grp + 4; ++s)
-#pragma unroll
-              for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(carried[s][i]));
-            msa::cuda::wgmma_fence();
-#pragma unroll
-            for (int s = 4 * grp; s < 4 * grp + 4; ++s)
-              msa::cuda::wgmma_m64k16<kN, false, false>(acc, carried[s], desc0 + 16 * s, s > 0);
-            msa::cuda::wgmma_commit();
-          }
-        } else {
-          constexpr int kGroupSteps = kSteps / kGroups, kGroupWords = kGroupSteps / 2;
-          uint32_t table_offset[2][2];
-          slice_table_offsets<kKeys>(ring[d], table_offset);
-          if (s0 + d == 0) MSA_TRACE(0, 4);
-          if (s0 + d == trigger_step) msa::cuda::allow_dependent_launch();
-          msa::cuda::wgmma_fence_operands(acc);  // once: between the groups acc stays with the wgmma pipeline
-#pragma unroll
-          for (int grp = 0; grp < kGroups; ++grp) {
-            // Fragments of this group only; the registers of the groups in flight are left alone.
-            slice_fragments_f16_part<kKeys>(ring[d], tables, table_offset, grp * kGroupWords, kGroupWords, frag);
-#pragma unroll
-            for (int s = grp * kGroupSteps; s < (grp + 1) * kGroupSteps; ++s)
-#pragma unroll
-              for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(frag[s][i]));
-            msa::cuda::wgmma_fence();
-#pragma unroll
-            for (int s = grp * kGroupSteps; s < (grp + 1) * kGroupSteps; ++s)
-              msa::cuda::wgmma_m64k16<kN, false, false>(acc, frag[s], desc0 + 16 * s, s > 0);
-            msa::cuda::wgmma_commit();
-          }
         }
         issue(s0 + d + kDepth, half, ring[d]);  // the next loads' address work overlaps the wgmma
         if constexpr (kCarry) {
