@@ -2,6 +2,7 @@
 # The next GPU session's second device call (bench/NOTES.md, "Next GPU session", item 2): ncu of the two hot
 # loops, to learn which pipe is full and what the warps wait on. One launch of each kernel (after 2 warm-up
 # launches), clocks left alone; logs under $OUT (./gpu-out when unset), a summary with exit codes prints last.
+# `SUITES=1` adds the full index suite and the 64/4 sparse suite (JSON with per-case rows) after the profiles.
 # Builds first (a warm machine keeps the first call's build). `KNOBS="MSA_INDEX_WGMMA_GROUPS=2 ..."` profiles the
 # index score kernel once more under those settings (e.g. the best variant of the first call's ab_index_groups).
 set -uo pipefail
@@ -15,7 +16,7 @@ ncu_one() {  # ncu_one NAME KERNEL_REGEX COMMAND...
   local name=$1 regex=$2; shift 2
   step "ncu_$name" ncu --clock-control none -k "regex:$regex" --launch-skip 2 --launch-count 1 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats --section Occupancy \
-    --section WarpStateStats --section SchedulerStats --section LaunchStats "$@"
+    --section WarpStateStats --section SchedulerStats --section LaunchStats --section SourceCounters "$@"
 }
 
 if ! step build bash scripts/install.sh; then tail -n 40 "$OUT/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
@@ -27,6 +28,10 @@ if [ -n "${KNOBS:-}" ]; then
 fi
 ncu_one sparse_split_b8_n100k sparse_decode_split python3 bench/bench_sparse_decode.py --kv nvfp4 --geometry 64/4 \
   --no-sdpa --cases 8:100000
+if [ -n "${SUITES:-}" ]; then  # SUITES=1: then the full suites under the defaults (figures of record, per-case rows)
+  step index_suite python3 bench/bench_index_decode.py --no-corner --json "$OUT/index_suite.json"
+  step sparse_suite python3 bench/bench_sparse_decode.py --no-sdpa --geometry 64/4 --json "$OUT/sparse_suite.json"
+fi
 
 for log in "$OUT"/ncu_*.log; do
   echo "==== $(basename "$log") ===="

@@ -116,12 +116,19 @@ def test_ab_variant_parse():
 def test_ab_compare_medians_ratios_and_missing_cases():
     from msa_ops.bench.ab import compare
 
-    def doc(times, mbu):
-        rows = [{"kv": "nvfp4", "B": b, "N": n, "us": us, "mbu": 1.0} for (b, n), us in times.items()]
-        return {"rows": rows, "summary": [{"kv": "nvfp4", "geometry": "64/4", "weighted_mbu": mbu, "x": 1}]}
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from _suite import weighted_mbu   # the summaries' MBU comes from the benchmarks' own helper (in %)
 
-    runs = {"a": [doc({(8, 1000): 10.0, (8, 4000): 20.0}, 0.30), doc({(8, 1000): 12.0, (8, 4000): 22.0}, 0.31)],
-            "b": [doc({(8, 1000): 5.0}, 0.50), doc({(8, 1000): 7.0}, 0.52)]}
+    def doc(times, mbu):
+        rows = [{"kv": "nvfp4", "B": b, "N": n, "us": us, "mbu": mbu, "weight": 1, "bytes": 1.0}
+                for (b, n), us in times.items()]
+        s = weighted_mbu(rows, copy_bps=1e6)
+        return {"rows": rows, "summary": [{"kv": "nvfp4", "geometry": "64/4", **s, "x": 1}]}
+
+    runs = {"a": [doc({(8, 1000): 10.0, (8, 4000): 20.0}, 30.0), doc({(8, 1000): 12.0, (8, 4000): 22.0}, 31.0)],
+            "b": [doc({(8, 1000): 5.0}, 50.0), doc({(8, 1000): 7.0}, 52.0)]}
     cases, groups = compare(runs)
     by = {(c["B"], c["N"]): c for c in cases}
     assert by[(8, 1000)]["a us"] == 11.0 and by[(8, 1000)]["b us"] == 6.0        # median over repeats
@@ -141,7 +148,7 @@ def test_ab_runs_each_variant_with_its_environment(tmp_path, capsys, monkeypatch
         "path = sys.argv[sys.argv.index('--json') + 1]\n"
         "us = float(os.environ.get('FAKE_US', '10'))\n"
         "rows = [{'keys': 'nvfp4', 'B': 8, 'N': int(sys.argv[1]), 'us': us}]\n"
-        "json.dump({'rows': rows, 'summary': [{'keys': 'nvfp4', 'H': 4, 'weighted_mbu': 10 / us}]}, open(path, 'w'))\n")
+        "json.dump({'rows': rows, 'summary': [{'keys': 'nvfp4', 'H': 4, 'weighted_mbu': 1000 / us}]}, open(path, 'w'))\n")
     out = tmp_path / "ab"
     rc = main(["-v", "base", "-v", "fast:FAKE_US=4", "--repeat", "2", "--out", str(out),
                "--json", str(tmp_path / "ab.json"), "--", str(fake), "1000"])

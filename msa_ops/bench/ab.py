@@ -97,7 +97,7 @@ def compare(runs: dict[str, list[dict[str, Any]]]) -> tuple[list[dict[str, Any]]
                 g: dict[str, Any] = {**dict(group_key(s)), "variant": name}
                 for f in SUMMARY_FIELDS:
                     if isinstance(s.get(f), (int, float)):
-                        g[f] = s[f] * (100.0 if "mbu" in f else 1.0)  # MBU fractions as %
+                        g[f] = s[f]  # the benchmarks give MBU in % already
                 groups.append(g)
     groups.sort(key=lambda g: (tuple(str(v) for k, v in g.items() if k not in SUMMARY_FIELDS and k != "variant"),
                                names.index(g["variant"])))
