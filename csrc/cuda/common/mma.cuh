@@ -110,6 +110,29 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   }
 }
 
+// The mbarrier inits of this thread visible to the async proxy (bulk copies) and the rest of the CTA (cluster
+// scope covers a CTA of one). Then a CTA barrier, before any thread waits on them.
+__device__ __forceinline__ void mbar_init_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+// This thread's arrival on `bar`, with `bytes` more to land in its current phase (by bulk copies naming it).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+// Bulk copy (sm_90+): `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to this CTA's shared
+// memory, counted on `bar` as they land. The shared::cluster form is this CTA's own window without a cluster.
+__device__ __forceinline__ void bulk_copy_to_shared(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+#endif
+}
+
 // Thread-block clusters (sm_90+): the cluster barrier split into its two halves, and stores into a peer CTA's
 // shared memory. Every thread of every CTA of the cluster must arrive, and arrive and wait alternate.
 // cluster_arrive_relaxed orders nothing (e.g. "this CTA has started"); cluster_arrive releases this thread's

@@ -344,18 +344,15 @@ __global__ void __launch_bounds__(BulkConfig::kThreads, 6)
     const int64_t left = num_groups - first;
     const uint32_t bytes = static_cast<uint32_t>((left < C::kThreads ? left : C::kThreads) * kGroup * 2);
     const uint32_t bar = smem_u32(&full[stage]);
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-        ::"r"(smem_u32(stage_data[stage])), "l"(x + first * kGroup), "r"(bytes), "r"(bar)
-        : "memory");
+    msa::cuda::mbar_arrive_expect_tx(bar, bytes);
+    msa::cuda::bulk_copy_to_shared(smem_u32(stage_data[stage]), x + first * kGroup, bytes, bar);
   };
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < C::kStages; ++s) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[s])) : "memory");
+      msa::cuda::mbar_init(smem_u32(&full[s]), 1);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    msa::cuda::mbar_init_fence();
   }
   __syncthreads();
   if (threadIdx.x == 0) {
