@@ -18,10 +18,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "
 if ! step build bash scripts/install.sh; then tail -n 40 "$OUT/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
 
 if [ "$STAGE" != bench ]; then
-  step tests timeout 300 python3 -m pytest -q -p no:logging -m cuda tests/test_index_decode.py -k "knob and tma"
+  step tests timeout 300 python3 -m pytest -q -p no:logging -m cuda tests/test_index_decode.py -k "(knob and tma) or out_of_range"
   step memcheck env MSA_INDEX_WGMMA_TMA=5 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
     --target-processes all python3 -m pytest -q -p no:logging -m cuda tests/test_index_decode.py \
-    -k "cuda and (lengths or page_layouts or nan_keys or uneven) and not large"
+    -k "cuda and (lengths or page_layouts or nan_keys or uneven or out_of_range) and not large"
 fi
 
 if [ "$STAGE" != tests ]; then

@@ -512,6 +512,37 @@ def test_cuda_graph_replay_sees_in_place_updates():
 
 
 @requires_cuda
+@pytest.mark.parametrize("key_format", KEY_FORMATS)
+def test_cuda_out_of_range_page_ids(key_format):
+    # The CUDA op reads no device values on the host: a history page whose id lies outside the cache scores NaN
+    # (it ranks last) and every other page scores as with valid ids. (The CPU op raises instead:
+    # test_bad_values_raise_on_cpu.) In the Hopper score kernel such a page is skipped by the loads or, with the
+    # bulk-copy ring (MSA_INDEX_WGMMA_TMA), completes its slot's phase without bytes.
+    case = make_index_decode_case([20000, 9000], q_len=2, heads=4, key_format=key_format, layout="permuted",
+                                  seed=131).to("cuda")
+    cpu = case.to("cpu")
+    ref = R.index_scores_decode(cpu.q_idx, cpu.index_k, cpu.page_table, cpu.seq_lens, cpu.index_k_scales)
+    pool = case.index_k.shape[0]
+    bad = case.page_table.clone()
+    bad_pages = [(0, 5, -1), (0, 6, pool), (1, 30, pool + 1000), (1, 31, -7)]
+    for b, page, value in bad_pages:
+        bad[b, page] = value
+    scores = poison_scores(case.heads, case.tokens, case.max_pages, "cuda")
+    out = poison_topk(case.heads, case.tokens, 16, "cuda")
+    msa_ops.index_decode(case.q_idx, case.index_k, bad, case.seq_lens, index_k_scales=case.index_k_scales, out=out,
+                         scores_out=scores)
+    got = scores.cpu()
+    expected = ref.clone()
+    for b, page, _ in bad_pages:
+        rows = slice(b * case.q_len, (b + 1) * case.q_len)
+        assert bool(got[:, rows, page].isnan().all()), f"page {page} of request {b}: out-of-range id, not NaN"
+        got[:, rows, page] = 0.0
+        expected[:, rows, page] = 0.0
+        assert not bool((out.cpu()[:, rows] == page).any()), f"page {page} of request {b} selected"
+    assert_scores_close(got, expected, what="valid pages beside out-of-range ids")
+
+
+@requires_cuda
 @pytest.mark.parametrize("knob, choice", [("MSA_INDEX_SCORES", "1"), ("MSA_INDEX_PAGES_PER_CTA", "64"),
                                           ("MSA_PDL", "0"), ("MSA_INDEX_FLAT_GRID", "0"), ("MSA_INDEX_FLAT_RUN", "4"),
                                           ("MSA_INDEX_FLAT_BALANCE", "0"), ("MSA_INDEX_SELECT_TRIGGER", "1"),
@@ -537,7 +568,7 @@ def test_cuda_score_kernel_knob(knob, choice):
     # MSA_INDEX_WGMMA_TMA=4 / 5 their pages by bulk copies into a shared-memory ring, at 4 / 5 CTAs per SM (strided
     # rows keep the register loads). Knobs are read once per process, so the CUDA score cases rerun in a subprocess.
     selection = ("cuda and (lengths or query_lengths or page_layouts or padding or nan_keys or strided or uneven or "
-                 "graph_replay)")
+                 "graph_replay or out_of_range)")
     result = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:logging", "-k", selection],
                             env={**os.environ, knob: choice}, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
