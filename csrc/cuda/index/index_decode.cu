@@ -1,7 +1,6 @@
 // Kernel choice and launch for the decode indexer. No torch: checks, workspace and errors live in
 // index_host.cpp.
 #include <algorithm>
-#include <cstdint>
 
 #include "cuda/common/launch.cuh"
 #include "cuda/index/index_kernels.cuh"
@@ -149,15 +148,6 @@ int wgmma_min_ctas() {
   static const int ctas = msa::cuda::env_choice("MSA_INDEX_WGMMA_CTAS", {0, 5}, 0);
   return ctas;
 }
-// MSA_INDEX_WGMMA_TMA=4 / 5 (NVFP4 keys, up to 32 query rows, dense rows, 16-byte aligned pages; default 0 = off):
-// the score kernel's pages come by bulk copies into a 2-page shared-memory ring (index_scores_wgmma_kernel's
-// kTma) instead of per-thread loads into registers, at that many CTAs per SM. Session 22 (2026-12-06), written to
-// be measured: ncu (sessions 20-21) showed the kernel latency-bound at 4 warps per scheduler, with the page-id
-// load before each slice's loads and the first slice's wait among the stalls.
-int wgmma_tma_ctas() {
-  static const int ctas = msa::cuda::env_choice("MSA_INDEX_WGMMA_TMA", {0, 4, 5}, 0);
-  return ctas;
-}
 bool wgmma_carry() {
   static const bool carry = msa::cuda::env_choice("MSA_INDEX_WGMMA_CARRY", {0, 1}, 0) == 1;
   return carry;
@@ -170,14 +160,7 @@ LaunchStatus launch_wgmma_rows(ScoreArgs a, cudaStream_t stream) {
   const int groups = dense ? wgmma_groups() : 1;
   constexpr bool kFiveFits = kKeys == KeyKind::kNvfp4 && kN <= 32;
   const bool five = kFiveFits && wgmma_min_ctas() == 5;
-  // The bulk copies need 16-byte aligned page bases (dense pages are 8 KB of codes and 1 KB of scales).
-  const bool aligned = ((reinterpret_cast<uintptr_t>(a.keys) | reinterpret_cast<uintptr_t>(a.key_scales) |
-                         static_cast<uintptr_t>(a.key_stride_page) | static_cast<uintptr_t>(a.scale_stride_page)) &
-                        15u) == 0;
-  const int tma = kFiveFits && dense && aligned ? wgmma_tma_ctas() : 0;
   auto kernel = !dense         ? index_scores_wgmma_kernel<kKeys, kN, false>
-                : tma == 4      ? index_scores_wgmma_kernel<kKeys, kN, true, 1, false, kFiveFits ? 4 : 0, kFiveFits>
-                : tma == 5      ? index_scores_wgmma_kernel<kKeys, kN, true, 1, false, kFiveFits ? 5 : 0, kFiveFits>
                 : five          ? index_scores_wgmma_kernel<kKeys, kN, true, 1, false, kFiveFits ? 5 : 0>
                 : wgmma_carry() ? index_scores_wgmma_kernel<kKeys, kN, true, 2, true>
                 : groups == 2 ? index_scores_wgmma_kernel<kKeys, kN, true, 2>

@@ -190,21 +190,11 @@ __device__ __forceinline__ void slice_fragments_f16(const SliceFetch<kKeys>& f, 
 //
 // kMinCtas > 0 (NVFP4, experiment): that many CTAs per SM by the launch bounds, with 2 slices of loads in flight
 // instead of 4 (the ring is ~20 of the 128 registers); 0: WgmmaConfig::min_ctas and kDepth.
-//
-// kTma (NVFP4, dense rows, <= 32 rows, one commit group; experiment): each page of the run (8 KB of codes, then
-// 1 KB of scales, both contiguous) comes by two bulk copies that thread 0 issues into a ring of kTmaRing pages in
-// shared memory (mbarrier per slot), and each slice is read from there with 4 shared loads just before its
-// decode. The register ring of loads in flight (~36 registers) and the per-slice address work, page-id load and
-// range check go away, so kMinCtas (4 or 5) CTAs per SM fit the registers; a slot is refilled right after the
-// page-end barrier that follows its last reads.
-template <KeyKind kKeys, int kN, bool kDenseRows, int kGroups = 1, bool kCarry = false, int kMinCtas = 0,
-          bool kTma = false>
+template <KeyKind kKeys, int kN, bool kDenseRows, int kGroups = 1, bool kCarry = false, int kMinCtas = 0>
 __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas : WgmmaConfig::min_ctas(kKeys, kN))
     index_scores_wgmma_kernel(const ScoreArgs a) {
   static_assert(kGroups == 1 || kGroups == 2 || kGroups == 4, "k16-steps per commit group: 8, 4 or 2");
   static_assert(!kCarry || kGroups == 2, "the carried first group is half a slice");
-  static_assert(!kTma || (kKeys == KeyKind::kNvfp4 && kDenseRows && kN <= 32 && kGroups == 1 && kMinCtas > 0),
-                "the bulk-copy ring: NVFP4 pages of dense rows, <= 32 rows, one commit group, 2 slices per step");
 #if MSA_WGMMA
   MSA_TRACE(0, 0);
   msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
@@ -224,11 +214,6 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas
   __shared__ uint2 tables[kKeys == KeyKind::kNvfp4 ? 256 : 1];  // NVFP4: the 8 E4M3 values of each scale
   __shared__ int32_t unit_pages[C::kMaxPagesPerUnit];  // physical id of each page of the run, -1: out of range
   __shared__ uint2 thread_offsets[C::kThreads];        // (key, scale) byte offsets of each thread's first key
-  // kTma: the ring of pages (codes [128][64], then scales [128][8]) and its mbarriers.
-  constexpr int kTmaRing = 2;
-  constexpr int kPageCodeBytes = C::kPage * kRowBytes, kPageBytes = kPageCodeBytes + C::kPage * C::kScaleRowBytes;
-  __shared__ __align__(128) uint8_t page_ring[kTma ? kTmaRing : 1][kTma ? kPageBytes : 16];
-  __shared__ __align__(8) uint64_t page_full[kTmaRing];
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
   const int rows = a.q_len * a.heads;  // query row r = i * H + h
@@ -301,11 +286,6 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas
     if (int(threadIdx.x) < load_end - p_begin) {
       unit_pages[threadIdx.x] = static_cast<int32_t>(checked_page(a, table_entry));
     }
-    if (kTma && threadIdx.x == 0) {
-#pragma unroll
-      for (int r = 0; r < kTmaRing; ++r) msa::cuda::mbar_init(msa::cuda::smem_u32(&page_full[r]), 1);
-      msa::cuda::mbar_init_fence();
-    }
     thread_offsets[threadIdx.x] = make_uint2(uint32_t((16 * warp + g) * key_stride + (kRowBytes / 4) * quad),
                                              uint32_t((16 * warp + g) * scale_stride + 2 * quad));
     msa::cuda::fence_proxy_async_shared();
@@ -349,41 +329,15 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas
     const int steps = (load_end - p_begin) * C::kSlices;
     const int trigger_step = a.trigger_slices > 0 ? max(steps - a.trigger_slices, 0) : -1;
     SliceFetch<kKeys> ring[kDepth];
-    // kTma, thread 0: run page i (if any) into ring slot i % kTmaRing; a page outside the cache completes the
-    // slot's phase without bytes (its stale bytes decode to scores that are stored as NaN).
-    auto fetch_page = [&](int i) {
-      if (i >= load_end - p_begin) return;
-      const uint32_t bar = msa::cuda::smem_u32(&page_full[i % kTmaRing]);
-      const int32_t physical = unit_pages[i];
+    auto issue = [&](int s, int half, SliceFetch<kKeys>& f) {  // half = s % 2, known when unrolled
+      // Past the run (only the carried group decodes such a slot) or a page outside the cache (its scores are
+      // stored as NaN): nothing to load, but the slot's fragments are built, so its NVFP4 scales are zeroed:
+      // the table offsets come from them and must stay inside the tables (stale registers did not: session 22).
+      const int32_t physical = s < steps ? unit_pages[s / C::kSlices] : -1;
       if (physical < 0) {
-        msa::cuda::mbar_arrive(bar);
+        if constexpr (kKeys == KeyKind::kNvfp4) f.scales[0] = f.scales[1] = 0u;
         return;
       }
-      const uint32_t slot = msa::cuda::smem_u32(page_ring[i % kTmaRing]);
-      msa::cuda::mbar_arrive_expect_tx(bar, kPageBytes);
-      msa::cuda::bulk_copy_to_shared(slot, mad_wide(uint32_t(physical), key_page_stride, a.keys), kPageCodeBytes, bar);
-      msa::cuda::bulk_copy_to_shared(slot + kPageCodeBytes,
-                                     mad_wide(uint32_t(physical), scale_page_stride, a.key_scales),
-                                     C::kPage * C::kScaleRowBytes, bar);
-    };
-    // kTma: this thread's bytes of a slot (key 16 warp + g, dims [32 quad, 32 quad + 32); scales 2 quad, 2 quad + 1).
-    const uint32_t ring_codes = uint32_t((16 * warp + g) * kRowBytes + (kRowBytes / 4) * quad);
-    const uint32_t ring_scales = uint32_t(kPageCodeBytes + (16 * warp + g) * C::kScaleRowBytes + 2 * quad);
-    auto read_slice = [&](int i, int half, SliceFetch<kKeys>& f) {  // run page i's slice `half` from the ring
-      if constexpr (kTma) {
-        const uint8_t* slot = page_ring[i % kTmaRing];
-#pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          const int key = 64 * half + 8 * kk;  // relative to this thread's first key
-          f.codes[kk] = *reinterpret_cast<const uint4*>(slot + ring_codes + key * kRowBytes);
-          f.scales[kk] = *reinterpret_cast<const uint16_t*>(slot + ring_scales + key * C::kScaleRowBytes);
-        }
-      }
-    };
-    auto issue = [&](int s, int half, SliceFetch<kKeys>& f) {  // half = s % 2, known when unrolled
-      if (s >= steps) return;
-      const int32_t physical = unit_pages[s / C::kSlices];
-      if (physical < 0) return;  // the page's scores are stored as NaN; its fragments are never used
       const uint8_t* keys = mad_wide(uint32_t(physical), key_page_stride, thread_keys);
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
@@ -398,15 +352,8 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas
         }
       }
     };
-    if constexpr (kTma) {
-      if (threadIdx.x == 0) {
 #pragma unroll
-        for (int r = 0; r < kTmaRing; ++r) fetch_page(r);
-      }
-    } else {
-#pragma unroll
-      for (int d = 0; d < kDepth; ++d) issue(d, d % C::kSlices, ring[d]);
-    }
+    for (int d = 0; d < kDepth; ++d) issue(d, d % C::kSlices, ring[d]);
 
     const int first_masked = max(first_row_pos, 0) / C::kPage;
     float best[kNTiles][2];
@@ -428,11 +375,6 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas
         if (s0 + d >= steps) break;  // an odd page count ends mid-group (uniform over the CTA)
         const int page = p_begin + (s0 + d) / C::kSlices;
         const int half = d % C::kSlices;
-        if constexpr (kTma) {  // kDepth = 2: one page per s0 step
-          const int i = s0 / C::kSlices;
-          if (half == 0) msa::cuda::mbar_wait(msa::cuda::smem_u32(&page_full[i % kTmaRing]), (i / kTmaRing) & 1);
-          read_slice(i, half, ring[d]);
-        }
         uint32_t local_frag[kSteps][4];
         uint32_t(&frag)[kSteps][4] = kCarry ? carried : local_frag;
         uint32_t table_offset[2][2];
@@ -462,7 +404,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas
             msa::cuda::wgmma_m64k16<kN, false, false>(acc, frag[s], desc0 + 16 * s, s > 0);
           msa::cuda::wgmma_commit();
         }
-        if constexpr (!kTma) issue(s0 + d + kDepth, half, ring[d]);  // the next loads' address work overlaps the wgmma
+        issue(s0 + d + kDepth, half, ring[d]);  // the next loads' address work overlaps the wgmma
         if constexpr (kCarry) {
           // The first group is done: its registers take the next slice's first group (ring slot d + 1 was
           // loaded kDepth - 1 slices ago; past the last slice the stale slot decodes to values never used).
@@ -499,12 +441,6 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas
             best[nt][0] = best[nt][1] = -INFINITY;
           }
           __syncthreads();  // double-buffered by page parity: one barrier per page
-          if constexpr (kTma) {
-            if (threadIdx.x == 0) {  // every thread's reads of this page's slot are done: refill it
-              msa::cuda::fence_proxy_async_shared();
-              fetch_page(page - p_begin + kTmaRing);
-            }
-          }
           // Thread t combines row t / kRowThreads: partials t % kRowThreads + kRowThreads k, then a shuffle.
           float v = slot[combine_sub][combine_row];
 #pragma unroll
