@@ -23,7 +23,7 @@ if [ "$STAGE" != bench ]; then
 fi
 
 if [ "$STAGE" != tests ]; then
-  # The defaults at the heaviest-weight cases (against this session's first call: the code before the fix).
+  # The defaults at the heaviest-weight cases (compare on one machine: add a baseline build with bench/ab.py).
   step bench_index python3 bench/bench_index_decode.py --no-corner --keys nvfp4 --heads 4,1 \
     --cases 8:100000,32:100000,8:200000,32:50000,8:50000,128:200000,64:10000,8:10000,4:32000 \
     --json "$OUT/bench_index.json"
@@ -31,10 +31,6 @@ fi
 
 echo "==== device ===="; cat "$OUT/device.txt"
 for log in tests memcheck; do [ -f "$OUT/$log.log" ] && { echo "==== $log (tail) ===="; tail -n 8 "$OUT/$log.log"; }; done
-for log in bench_index; do
-  [ -f "$OUT/$log.log" ] && { echo "==== $log ===="; cat "$OUT/$log.log"; }
-done
-[ -f "$OUT/index_suite.log" ] && {
-  echo "==== index_suite ===="; grep -i "summary\|variant\|---\| H " "$OUT/index_suite.log" | tail -n 40; }
+[ -f "$OUT/bench_index.log" ] && { echo "==== bench_index ===="; cat "$OUT/bench_index.log"; }
 echo "==== summary ===="
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
