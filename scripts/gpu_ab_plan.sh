@@ -1,36 +1,39 @@
 #!/usr/bin/env bash
-# One device call of under 10 minutes (steps are cut at $DEADLINE s): build, the CUDA index tests (session 22: the
-# fix for out-of-range page ids in the score kernel), memcheck of those cases, then the defaults at the
-# heaviest-weight index cases. Logs and JSON under $OUT (./gpu-out when unset); a summary with exit codes prints
-# last. `STAGE=tests|bench` runs only that half.
+# One device call of under 10 minutes (steps are cut at $DEADLINE s). Session 23's plan: the issue rates of the
+# decode's instructions (scripts/pipe_rates.cu), then what-if builds of the NVFP4 index score kernel, each in its
+# own tree under whatif/ (untracked, made locally by scripts/make_whatif.sh: `nof2fp` skips the four F2FP widenings
+# per 8 codes, `nosign` the sign gather, `nodecode` every decode instruction; results are wrong, only the time
+# counts), and `fedb` = fedb5e4, the kernels before session 22's out-of-range fix (same-machine A/B of its cost).
+# Logs and JSON under $OUT (./gpu-out when unset); a summary with exit codes prints last.
 # Rewrite it when the plan changes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 MSA_CUDA_ARCHS=${MSA_CUDA_ARCHS:-9.0a} MAX_JOBS=${MAX_JOBS:-16}
-STAGE=${STAGE:-all}
+export PYTHONUNBUFFERED=1 MSA_CUDA_ARCHS=${MSA_CUDA_ARCHS:-9.0a}
+VARIANTS=${VARIANTS:-"fedb nof2fp nosign nodecode"}
 # shellcheck source=scripts/gpu_steps.sh
 source scripts/gpu_steps.sh
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/device.txt" 2>&1
-if ! step build bash scripts/install.sh; then tail -n 40 "$OUT/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
+# All builds at once (three CUDA translation units each; the sparse one sets the time).
+for v in $VARIANTS; do
+  (cd "whatif/$v" && MAX_JOBS=3 MSA_BUILD_DIR=build timeout 300 python3 setup.py -q build_ext --inplace) \
+    > "$OUT/build_$v.log" 2>&1 &
+done
+if ! MAX_JOBS=4 step build bash scripts/install.sh; then tail -n 40 "$OUT/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
+wait
+for v in $VARIANTS; do ls whatif/$v/msa_ops/_C*.so > /dev/null 2>&1 && summary+=("build_$v ok") || summary+=("build_$v FAILED"); done
 
-if [ "$STAGE" != bench ]; then
-  step tests timeout 420 python3 -m pytest -q -p no:logging -m cuda tests/test_index_decode.py
-  step memcheck timeout 60 compute-sanitizer --tool memcheck --error-exitcode 1 --target-processes all \
-    python3 -m pytest -q -p no:logging -m cuda tests/test_index_decode.py -k "out_of_range or nan_keys"
-fi
+step pipe_rates bash -c "nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/pipe_rates scripts/pipe_rates.cu && /tmp/pipe_rates"
 
-if [ "$STAGE" != tests ]; then
-  # The defaults at the heaviest-weight cases (compare on one machine: add a baseline build with bench/ab.py).
-  step bench_index python3 bench/bench_index_decode.py --no-corner --keys nvfp4 --heads 4,1 \
-    --cases 8:100000,32:100000,8:200000,32:50000,8:50000,128:200000,64:10000,8:10000,4:32000 \
-    --json "$OUT/bench_index.json"
-fi
+args=(-v base)
+for v in $VARIANTS; do ls whatif/$v/msa_ops/_C*.so > /dev/null 2>&1 && args+=(-v "$v:@root=whatif/$v"); done
+step ab_index python3 bench/ab.py "${args[@]}" --repeat 1 --out "$OUT/ab" --json "$OUT/ab_index.json" -- \
+  bench/bench_index_decode.py --no-corner --keys nvfp4 --heads 4 \
+  --cases 8:100000,32:100000,8:200000,128:200000,8:50000,8:10000,4:32000
 
 echo "==== device ===="; cat "$OUT/device.txt"
-for log in tests memcheck; do [ -f "$OUT/$log.log" ] && { echo "==== $log (tail) ===="; tail -n 8 "$OUT/$log.log"; }; done
-[ -f "$OUT/bench_index.log" ] && { echo "==== bench_index ===="; cat "$OUT/bench_index.log"; }
+for log in pipe_rates ab_index; do [ -f "$OUT/$log.log" ] && { echo "==== $log ===="; tail -n 60 "$OUT/$log.log"; }; done
 echo "==== summary ===="
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"

@@ -111,11 +111,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cubin = args.cubin
         if cubin is None:
-            import torch.utils.cpp_extension as ext  # the same include paths the build uses
-
+            try:  # the same include paths the build uses; the kernel sources themselves need no torch
+                import torch.utils.cpp_extension as ext
+                torch_incs = ext.include_paths()
+            except ImportError:
+                torch_incs = []
             cubin = os.path.join(tmp, "k.cubin")
             root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-            incs = [os.path.join(root, "csrc"), os.path.join(root, "csrc", "include")] + ext.include_paths()
+            incs = [os.path.join(root, "csrc"), os.path.join(root, "csrc", "include")] + torch_incs
             cmd = ["nvcc", "-cubin", f"-arch={args.arch}", "-std=c++17", "-O3", "-DMSA_WITH_CUDA=1",
                    "--expt-relaxed-constexpr", "-Xcudafe=--diag_suppress=186", *[f"-I{i}" for i in incs],
                    args.source, "-o", cubin]

@@ -10,11 +10,67 @@
 // over the CTAs in µs after the first score CTA started (csrc/cuda/common/trace.cuh; points listed below).
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "cuda/index/index_decode.cu"
 #include "trace_harness.cuh"
+
+// Where the score kernel's time goes across CTAs and SMs (points 10 / 11: SM id + 1, pages loaded + 1): the
+// per-CTA rate (µs per page from setup done to main loop done), and per SM its CTAs, pages and last finish, so a
+// late finish shows whether it had more pages, a slower rate, or started late.
+void report_balance(const msa::trace::Timeline& timeline, uint64_t t0) {
+  struct Cta { int sm, pages; double start, setup, done; };
+  std::vector<Cta> ctas;
+  const int n = timeline.ctas(0);
+  for (int c = 0; c < n; ++c) {
+    const uint64_t* p = timeline.kernel(0)[c];
+    if (p[10] == 0 || p[11] <= 1 || p[6] == 0) continue;
+    auto us = [&](int k) { return (double(p[k]) - double(t0)) * 1e-3; };
+    ctas.push_back({int(p[10] - 1), int(p[11] - 1), us(0), us(3), us(6)});
+  }
+  if (ctas.empty()) return;
+  auto spread = [](std::vector<double> v, const char* what) {
+    std::sort(v.begin(), v.end());
+    std::printf("  %-34s min %7.3f  p10 %7.3f  p50 %7.3f  p90 %7.3f  max %7.3f\n", what, v.front(), v[v.size() / 10],
+                v[v.size() / 2], v[v.size() * 9 / 10], v.back());
+  };
+  std::vector<double> rate, pages;
+  for (const Cta& c : ctas) rate.push_back((c.done - c.setup) / c.pages), pages.push_back(c.pages);
+  std::printf("balance: %zu working CTAs\n", ctas.size());
+  spread(pages, "pages per CTA");
+  spread(rate, "us per page per CTA (setup..done)");
+  int sms = 0;
+  for (const Cta& c : ctas) sms = std::max(sms, c.sm + 1);
+  struct Sm { int ctas = 0, pages = 0; double first = 1e30, last = 0, last_start = 0; };
+  std::vector<Sm> per(sms);
+  for (const Cta& c : ctas) {
+    Sm& m = per[c.sm];
+    m.ctas++, m.pages += c.pages, m.first = std::min(m.first, c.done), m.last = std::max(m.last, c.done);
+    m.last_start = std::max(m.last_start, c.start);
+  }
+  std::vector<double> last, within, sm_rate;
+  std::vector<int> order;
+  for (int i = 0; i < sms; ++i) {
+    if (per[i].ctas == 0) continue;
+    order.push_back(i);
+    last.push_back(per[i].last), within.push_back(per[i].last - per[i].first);
+    sm_rate.push_back(per[i].last / per[i].pages);
+  }
+  spread(last, "SM last finish (us)");
+  spread(within, "SM last - first finish (us)");
+  spread(sm_rate, "SM last finish / SM pages (us)");
+  std::sort(order.begin(), order.end(), [&](int x, int y) { return per[x].last < per[y].last; });
+  auto show = [&](int i) {
+    std::printf("    sm %3d: %d CTAs, %3d pages, finish %6.2f .. %6.2f, last start %5.2f\n", i, per[i].ctas,
+                per[i].pages, per[i].first, per[i].last, per[i].last_start);
+  };
+  std::printf("  fastest SMs:\n");
+  for (size_t k = 0; k < std::min<size_t>(4, order.size()); ++k) show(order[k]);
+  std::printf("  slowest SMs:\n");
+  for (size_t k = order.size() > 6 ? order.size() - 6 : 0; k < order.size(); ++k) show(order[k]);
+}
 
 int main(int argc, char** argv) {
   using namespace msa::trace;
@@ -102,5 +158,6 @@ int main(int argc, char** argv) {
   const uint64_t t0 = timeline.first_entry(0);
   timeline.report(0, "score kernel", t0, kScorePoints);
   timeline.report(1, "select kernel", t0, kSelectPoints);
+  report_balance(timeline, t0);
   return 0;
 }

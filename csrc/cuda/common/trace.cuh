@@ -24,9 +24,23 @@ __device__ __forceinline__ void trace_point(int kernel, int point) {
     msa_trace_buffer[kernel][cta][point] = t;
   }
 }
+// A value instead of the time (e.g. the SM id or a CTA's page count), for the harness's own analysis.
+__device__ __forceinline__ void trace_value(int kernel, int point, uint64_t value) {
+  const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  if (threadIdx.x == 0 && cta < TraceShape::kCtas) msa_trace_buffer[kernel][cta][point] = value;
+}
+__device__ __forceinline__ uint32_t trace_smid() {
+  uint32_t id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
 #define MSA_TRACE(kernel, point) ::msa::cuda::trace_point(kernel, point)
+#define MSA_TRACE_VALUE(kernel, point, value) ::msa::cuda::trace_value(kernel, point, value)
+#define MSA_TRACE_SMID() ::msa::cuda::trace_smid()
 #else
 #define MSA_TRACE(kernel, point) ((void)0)
+#define MSA_TRACE_VALUE(kernel, point, value) ((void)0)
+#define MSA_TRACE_SMID() 0u
 #endif
 
 }  // namespace msa::cuda
