@@ -8,9 +8,9 @@
 // a permutation, L2 evicted (a 256 MiB read) before every call. The library's launchers pick the grid, so the
 // MSA_INDEX_* knobs apply. Prints the op time (events, median) and, for the last call, each trace point's spread
 // over the CTAs in µs after the first score CTA started (csrc/cuda/common/trace.cuh; points listed below).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <cstring>
 #include <vector>
 

@@ -16,31 +16,36 @@ struct TraceShape {
 #ifdef MSA_KERNEL_TRACE
 __device__ uint64_t msa_trace_buffer[TraceShape::kKernels][TraceShape::kCtas][TraceShape::kPoints];
 
-__device__ __forceinline__ void trace_point(int kernel, int point) {
+// This CTA's slot for a point, on thread 0 only (nullptr elsewhere and past kCtas).
+__device__ __forceinline__ uint64_t* trace_slot(int kernel, int point) {
   const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-  if (threadIdx.x == 0 && cta < TraceShape::kCtas) {
+  return threadIdx.x == 0 && cta < TraceShape::kCtas ? &msa_trace_buffer[kernel][cta][point] : nullptr;
+}
+__device__ __forceinline__ void trace_point(int kernel, int point) {
+  if (uint64_t* slot = trace_slot(kernel, point)) {
     uint64_t t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    msa_trace_buffer[kernel][cta][point] = t;
+    *slot = t;
   }
 }
-// A value instead of the time (e.g. the SM id or a CTA's page count), for the harness's own analysis.
+// A value instead of the time (a CTA's page count), and the SM id + 1, for the harnesses' own analysis.
 __device__ __forceinline__ void trace_value(int kernel, int point, uint64_t value) {
-  const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-  if (threadIdx.x == 0 && cta < TraceShape::kCtas) msa_trace_buffer[kernel][cta][point] = value;
+  if (uint64_t* slot = trace_slot(kernel, point)) *slot = value;
 }
-__device__ __forceinline__ uint32_t trace_smid() {
-  uint32_t id;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-  return id;
+__device__ __forceinline__ void trace_sm(int kernel, int point) {
+  if (uint64_t* slot = trace_slot(kernel, point)) {
+    uint32_t id;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+    *slot = uint64_t(id) + 1u;
+  }
 }
 #define MSA_TRACE(kernel, point) ::msa::cuda::trace_point(kernel, point)
 #define MSA_TRACE_VALUE(kernel, point, value) ::msa::cuda::trace_value(kernel, point, value)
-#define MSA_TRACE_SMID() ::msa::cuda::trace_smid()
+#define MSA_TRACE_SM(kernel, point) ::msa::cuda::trace_sm(kernel, point)
 #else
 #define MSA_TRACE(kernel, point) ((void)0)
 #define MSA_TRACE_VALUE(kernel, point, value) ((void)0)
-#define MSA_TRACE_SMID() 0u
+#define MSA_TRACE_SM(kernel, point) ((void)0)
 #endif
 
 }  // namespace msa::cuda

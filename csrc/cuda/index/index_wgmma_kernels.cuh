@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas
   if (p_begin >= limit) return;
   const int p_end = min(p_begin + run_pages, limit);
   const int load_end = min(p_end, needed);
-  MSA_TRACE_VALUE(0, 10, MSA_TRACE_SMID() + 1u);  // trace harness only: SM id + 1 and pages loaded + 1
+  MSA_TRACE_SM(0, 10);  // trace harness only: SM id + 1 and pages loaded + 1
   MSA_TRACE_VALUE(0, 11, uint64_t(max(load_end - p_begin, 0)) + 1u);
   const int first_row_pos = seq_len - a.q_len;  // position of row i: first_row_pos + i
   // Byte strides between the tokens of a page (compile-time for dense rows).
