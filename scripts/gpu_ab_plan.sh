@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
-# One device call of under 10 minutes (steps are cut at $DEADLINE s). Session 23's plan: the issue rates of the
-# decode's instructions (scripts/pipe_rates.cu), then what-if builds of the NVFP4 index score kernel, each in its
-# own tree under whatif/ (untracked, made locally by scripts/make_whatif.sh: `nof2fp` skips the four F2FP widenings
-# per 8 codes, `nosign` the sign gather, `nodecode` every decode instruction; results are wrong, only the time
-# counts), and `fedb` = fedb5e4, the kernels before session 22's out-of-range fix (same-machine A/B of its cost).
+# One device call of under 10 minutes (steps are cut at $DEADLINE s). Session 24's plan: the score kernel's
+# per-CTA / per-SM balance trace (scripts/trace_index.cu, report_balance) on the heavy NVFP4 H4 cases, to tell
+# whether late CTAs are slow or late-starting (deciding dynamic page hand-out), then the index suite defaults.
 # Logs and JSON under $OUT (./gpu-out when unset); a summary with exit codes prints last.
 # Rewrite it when the plan changes.
 set -uo pipefail
@@ -11,29 +9,25 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 MSA_CUDA_ARCHS=${MSA_CUDA_ARCHS:-9.0a}
-VARIANTS=${VARIANTS:-"fedb nof2fp nosign nodecode"}
 # shellcheck source=scripts/gpu_steps.sh
 source scripts/gpu_steps.sh
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/device.txt" 2>&1
-# All builds at once (three CUDA translation units each; the sparse one sets the time).
-for v in $VARIANTS; do
-  (cd "whatif/$v" && MAX_JOBS=3 MSA_BUILD_DIR=build timeout 300 python3 setup.py -q build_ext --inplace) \
-    > "$OUT/build_$v.log" 2>&1 &
+(MAX_JOBS=12 bash scripts/install.sh > "$OUT/build.log" 2>&1; echo "rc=$?" >> "$OUT/build.log") &
+build=$!
+step trace_build nvcc -std=c++20 -O3 -DMSA_KERNEL_TRACE -Icsrc -Icsrc/include -gencode arch=compute_90a,code=sm_90a \
+  scripts/trace_index.cu -o /tmp/trace_index
+for c in "8 100000" "8 200000" "32 100000" "4 32000" "8 10000"; do
+  step "trace_${c// /_}" /tmp/trace_index $c nvfp4 4 20
 done
-if ! MAX_JOBS=4 step build bash scripts/install.sh; then tail -n 40 "$OUT/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
-wait
-for v in $VARIANTS; do ls whatif/$v/msa_ops/_C*.so > /dev/null 2>&1 && summary+=("build_$v ok") || summary+=("build_$v FAILED"); done
-
-step pipe_rates bash -c "nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/pipe_rates scripts/pipe_rates.cu && /tmp/pipe_rates"
-
-args=(-v base)
-for v in $VARIANTS; do ls whatif/$v/msa_ops/_C*.so > /dev/null 2>&1 && args+=(-v "$v:@root=whatif/$v"); done
-step ab_index python3 bench/ab.py "${args[@]}" --repeat 1 --out "$OUT/ab" --json "$OUT/ab_index.json" -- \
-  bench/bench_index_decode.py --no-corner --keys nvfp4 --heads 4 \
-  --cases 8:100000,32:100000,8:200000,128:200000,8:50000,8:10000,4:32000
+wait $build
+summary+=("build $(tail -n 1 "$OUT/build.log")")
+step index_suite python3 bench/bench_index_decode.py --no-corner --json "$OUT/index.json"
 
 echo "==== device ===="; cat "$OUT/device.txt"
-for log in pipe_rates ab_index; do [ -f "$OUT/$log.log" ] && { echo "==== $log ===="; tail -n 60 "$OUT/$log.log"; }; done
+for c in "8 100000" "8 200000" "32 100000" "4 32000" "8 10000"; do
+  echo "==== trace $c ===="; grep -v '^lens=' "$OUT/trace_${c// /_}.log" | tail -n 45
+done
+[ -f "$OUT/index_suite.log" ] && { echo "==== index_suite ===="; tail -n 40 "$OUT/index_suite.log"; }
 echo "==== summary ===="
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
