@@ -13,24 +13,19 @@ export PYTHONUNBUFFERED=1 MSA_CUDA_ARCHS=${MSA_CUDA_ARCHS:-9.0a}
 source scripts/gpu_steps.sh
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/device.txt" 2>&1
-# TRACE_ONLY=1: the traces alone (no library build, no suite), for a short call.
-if [ "${TRACE_ONLY:-0}" != 1 ]; then
-  (MAX_JOBS=12 bash scripts/install.sh > "$OUT/build.log" 2>&1; echo "rc=$?" >> "$OUT/build.log") &
-  build=$!
-fi
+# The traces first (they need no library build), then, unless TRACE_ONLY=1 (a short call), the build and the suite.
+CASES=("8 100000" "8 200000" "32 100000" "4 32000" "8 10000")
 step trace_build nvcc -std=c++20 -O3 -DMSA_KERNEL_TRACE -Icsrc -Icsrc/include -gencode arch=compute_90a,code=sm_90a \
   scripts/trace_index.cu -o /tmp/trace_index
-for c in "8 100000" "8 200000" "32 100000" "4 32000" "8 10000"; do
+for c in "${CASES[@]}"; do
   step "trace_${c// /_}" /tmp/trace_index $c nvfp4 4 20
 done
-if [ "${TRACE_ONLY:-0}" != 1 ]; then
-  wait $build
-  summary+=("build $(tail -n 1 "$OUT/build.log")")
+if [ "${TRACE_ONLY:-0}" != 1 ] && MAX_JOBS=16 step build bash scripts/install.sh; then
   step index_suite python3 bench/bench_index_decode.py --no-corner --json "$OUT/index.json"
 fi
 
 echo "==== device ===="; cat "$OUT/device.txt"
-for c in "8 100000" "8 200000" "32 100000" "4 32000" "8 10000"; do
+for c in "${CASES[@]}"; do
   echo "==== trace $c ===="; grep -v '^lens=' "$OUT/trace_${c// /_}.log" | tail -n 45
 done
 [ -f "$OUT/index_suite.log" ] && { echo "==== index_suite ===="; tail -n 40 "$OUT/index_suite.log"; }
