@@ -225,8 +225,8 @@ def index_decode(q_idx: torch.Tensor, index_k: torch.Tensor, page_table: torch.T
             page score (for tests, and for engines that want them). Every element is written.
         workspace: optional contiguous 1-D uint8 tensor of at least
             :func:`index_decode_workspace_bytes` ``(H, B*Q, max_pages)`` bytes, 16-byte aligned, that holds the
-            page scores (and a counter) when ``scores_out`` is None (ignored otherwise). Size it once for the
-            largest shapes and reuse it: with it the call allocates nothing (CUDA-graph capture).
+            page scores when ``scores_out`` is None (ignored otherwise). Size it once for the largest shapes
+            and reuse it: with it the call allocates nothing (CUDA-graph capture).
 
     Returns:
         ``out``: int32 ``[H, B*Q, topk]`` logical page ids, head-major.
@@ -292,8 +292,8 @@ def index_decode(q_idx: torch.Tensor, index_k: torch.Tensor, page_table: torch.T
         workspace = _check_workspace(workspace, q_idx, "q_idx")
         need = index_decode_workspace_bytes(heads, tokens, max_pages)
         if workspace.numel() < need:
-            raise ValueError(f"workspace needs at least {need} bytes (4 * H * B*Q * max_pages rounded up to 16, "
-                             f"+ 16), got {workspace.numel()}")
+            raise ValueError(f"workspace needs at least {need} bytes (4 * H * B*Q * max_pages), got "
+                             f"{workspace.numel()}")
     torch.ops.msa.index_decode(q_idx, index_k, index_k_scales, page_table, seq_lens, topk, init_blocks,
                                local_blocks, out, scores_out, workspace)
     return out
@@ -301,9 +301,8 @@ def index_decode(q_idx: torch.Tensor, index_k: torch.Tensor, page_table: torch.T
 
 def index_decode_workspace_bytes(heads: int, tokens: int, max_pages: int) -> int:
     """Bytes of :func:`index_decode`'s ``workspace`` for H index heads, B*Q query tokens and a page table of
-    width max_pages: the fp32 page scores ``[H, B*Q, max_pages]``, then (from the next 16-byte boundary) 16 bytes
-    that the CUDA score kernel may use as a counter. The op leaves no promise about either part's contents."""
-    return -(-4 * heads * tokens * max_pages // 16) * 16 + 16
+    width max_pages: the fp32 page scores ``[H, B*Q, max_pages]``."""
+    return 4 * heads * tokens * max_pages
 
 
 def topk_select(scores: torch.Tensor, positions: torch.Tensor, *, topk: int = 16, init_blocks: int = 0,

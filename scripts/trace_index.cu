@@ -118,7 +118,6 @@ int main(int argc, char** argv) {
   a.scores_stride_t = pages.max_pages;
   a.scores_stride_h = int64_t(tokens) * pages.max_pages;
   a.write_all_pages = false;
-  MSA_TRACE_CHECK(cudaMalloc(&a.work_counter, 16));  // the flat grid's pool counter (knob MSA_INDEX_FLAT_POOL)
 
   msa::index::SelectArgs s{};
   s.scores = a.scores;

@@ -66,8 +66,7 @@ def _check_case(case, topk: int = 16, init_blocks: int = 0, local_blocks: int = 
     else:
         # Each request's needed pages are scored in the workspace exactly as in scores_out (the CUDA op runs
         # them through its flat grid of length-sized runs, scores_out through the 2-D grid).
-        scores_bytes = 4 * case.heads * case.tokens * case.max_pages  # then the op's counter tail
-        ws_scores = workspace[:scores_bytes].view(torch.float32).view(case.heads, case.tokens, case.max_pages).cpu()
+        ws_scores = workspace[:need].view(torch.float32).view(case.heads, case.tokens, case.max_pages).cpu()
         needed = [(int(n) - 1) // 128 + 1 if int(n) >= 1 else 0 for n in cpu.seq_lens]
         for t in range(case.tokens):
             n = needed[t // case.q_len]
@@ -408,26 +407,6 @@ def test_bad_inputs_raise_clear_errors(device):
         torch.ops.msa.topk_select(scores, positions[:3], 16, 0, 1, out)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_workspace_layout(device):
-    # The workspace is the fp32 scores, then from the next 16-byte boundary a 16-byte tail (the CUDA score kernel's
-    # chunk counter when its page pool is on). An exactly sized workspace serves; one byte less is refused; the
-    # bytes past it are never written.
-    assert msa_ops.index_decode_workspace_bytes(1, 1, 1) == 32
-    assert msa_ops.index_decode_workspace_bytes(4, 64, 782) == 4 * 4 * 64 * 782 + 16
-    assert msa_ops.index_decode_workspace_bytes(1, 3, 3) == 48
-    case = make_index_decode_case([40_000, 9000, 129], q_len=1, heads=1, key_format="nvfp4", seed=83, device=device)
-    need = msa_ops.index_decode_workspace_bytes(case.heads, case.tokens, case.max_pages)
-    assert need == -(-4 * case.tokens * case.max_pages // 16) * 16 + 16
-    workspace = torch.full((need + 32,), 0xFF, dtype=torch.uint8, device=device)
-    out = msa_ops.index_decode(*case.call_args(), index_k_scales=case.index_k_scales, workspace=workspace[:need])
-    assert_topk_equal(out, msa_ops.index_decode(*case.call_args(), index_k_scales=case.index_k_scales),
-                      what="exact workspace")
-    assert bool((workspace[need:] == 0xFF).all()), "wrote past the workspace"
-    with pytest.raises(ValueError, match=f"workspace needs at least {need} bytes"):
-        msa_ops.index_decode(*case.call_args(), index_k_scales=case.index_k_scales, workspace=workspace[:need - 1])
-
-
 def test_bad_values_raise_on_cpu():
     # The CPU op reads seq_lens / page_table / positions and checks them (the CUDA op cannot without a sync).
     case = make_index_decode_case([300, 200], q_len=2, heads=1, key_format="e4m3", seed=81)
@@ -570,13 +549,10 @@ def test_cuda_out_of_range_page_ids(key_format):
                                           ("MSA_INDEX_FLAT_BALANCE", "0"), ("MSA_INDEX_SELECT_TRIGGER", "1"),
                                           ("MSA_INDEX_SCORE_TRIGGER", "0"), ("MSA_INDEX_WGMMA_GROUPS", "2"),
                                           ("MSA_INDEX_WGMMA_GROUPS", "4"), ("MSA_INDEX_WGMMA_CARRY", "1"),
-                                          ("MSA_INDEX_WGMMA_CTAS", "5"), ("MSA_INDEX_FLAT_POOL", "25"),
-                                          ("MSA_INDEX_FLAT_POOL", "100 MSA_INDEX_FLAT_RUN=4"),
-                                          ("MSA_INDEX_FLAT_POOL", "30 MSA_INDEX_FLAT_RUN=8 MSA_INDEX_FLAT_CHUNK=3")],
+                                          ("MSA_INDEX_WGMMA_CTAS", "5")],
                          ids=["mma-sync", "64-pages-per-cta", "no-pdl", "no-flat-grid", "flat-runs-4",
                               "flat-even-runs", "select-trigger", "score-trigger-end", "wgmma-groups-2",
-                              "wgmma-groups-4", "wgmma-carry", "wgmma-5-ctas", "flat-pool-25", "flat-pool-all",
-                              "flat-pool-chunks-3"])
+                              "wgmma-groups-4", "wgmma-carry", "wgmma-5-ctas"])
 def test_cuda_score_kernel_knob(knob, choice):
     # MSA_INDEX_SCORES=1 forces the mma.sync score kernel (the path of non-Hopper GPUs) on any GPU;
     # MSA_INDEX_PAGES_PER_CTA=64 the longest runs per CTA of the Hopper kernel (odd page counts per run, runs
@@ -588,15 +564,10 @@ def test_cuda_score_kernel_knob(knob, choice):
     # their runs (the default: one page before their end); MSA_INDEX_WGMMA_GROUPS=2 / 4 the Hopper score kernel
     # issuing each slice's k16-steps in 2 / 4 commit groups, each decoded while the previous one runs;
     # MSA_INDEX_WGMMA_CARRY=1 2 groups with the next slice's first group decoded before the last wait;
-    # MSA_INDEX_WGMMA_CTAS=5 the NVFP4 kernels of <= 32 rows at 5 CTAs per SM (2 slices of loads in flight);
-    # MSA_INDEX_FLAT_POOL=n that share of the flat grid's pages handed out at run time (the chunk counter in the
-    # workspace's tail; _check_case compares those scores bit for bit with scores_out's, from the 2-D grid), with
-    # the default rule, on the flat grid everywhere, and in 3-page chunks. A choice may carry more knobs
-    # ("value K=V ..."). Knobs are read once per process, so the CUDA score cases rerun in a subprocess.
+    # MSA_INDEX_WGMMA_CTAS=5 the NVFP4 kernels of <= 32 rows at 5 CTAs per SM (2 slices of loads in flight). Knobs
+    # are read once per process, so the CUDA score cases rerun in a subprocess.
     selection = ("cuda and (lengths or query_lengths or page_layouts or padding or nan_keys or strided or uneven or "
                  "graph_replay or out_of_range)")
-    value, *more = choice.split()
-    env = {**os.environ, knob: value, **dict(kv.split("=", 1) for kv in more)}
     result = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:logging", "-k", selection],
-                            env=env, capture_output=True, text=True)
+                            env={**os.environ, knob: choice}, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]

@@ -28,12 +28,8 @@ struct DecodeShape {
   int64_t max_pages = 0;
   KeyFormat keys = KeyFormat::kE4M3;
   int64_t tokens() const { return batch * q_len; }
-  // Bytes of the fp32 scores [H, B*Q, max_pages].
-  int64_t scores_bytes() const { return 4 * heads * tokens() * max_pages; }
-  // The workspace (used when scores_out is absent): the scores, then, from the next 16-byte boundary, a 16-byte
-  // tail for the CUDA score kernel's counter (index_decode.cu, the flat grid's page pool; zeroed there when used).
-  int64_t workspace_tail_offset() const { return (scores_bytes() + 15) / 16 * 16; }
-  int64_t workspace_bytes() const { return workspace_tail_offset() + 16; }
+  // Bytes of the fp32 scores [H, B*Q, max_pages] (the workspace when scores_out is absent).
+  int64_t workspace_bytes() const { return 4 * heads * tokens() * max_pages; }
 };
 
 inline void check_topk_options(int64_t topk, int64_t init_blocks, int64_t local_blocks, const char* op) {
@@ -183,7 +179,7 @@ inline DecodeShape check_index_decode_args(const at::Tensor& q_idx, const at::Te
     TORCH_CHECK(ws.dim() == 1 && ws.is_contiguous(), op, ": workspace must be a contiguous 1-D tensor, got shape ",
                 ws.sizes(), " and strides ", ws.strides());
     TORCH_CHECK(ws.numel() >= s.workspace_bytes(), op, ": workspace needs at least ", s.workspace_bytes(),
-                " bytes (4 * H * B*Q * max_pages rounded up to 16, + 16), got ", ws.numel());
+                " bytes (4 * H * B*Q * max_pages), got ", ws.numel());
     TORCH_CHECK(reinterpret_cast<uintptr_t>(ws.data_ptr()) % 16 == 0, op,
                 ": workspace must start on a 16-byte boundary");
     check_same_device(ws, "workspace", q_idx, "q_idx", op);
@@ -200,17 +196,15 @@ inline bool nothing_to_score(const DecodeShape& s, int64_t topk, const std::opti
   return !scores_out.has_value() && s.max_pages <= topk;
 }
 
-// The fp32 scores [H, B*Q, max_pages]: scores_out when given, else the caller's workspace, else a new workspace.
-// `tail` (optional): the workspace's 16-byte tail, nullptr with scores_out.
+// The fp32 scores [H, B*Q, max_pages]: scores_out when given, else the caller's workspace, else a new tensor.
 inline at::Tensor scores_buffer(const DecodeShape& s, const at::Tensor& q_idx,
                                 const std::optional<at::Tensor>& scores_out,
-                                const std::optional<at::Tensor>& workspace, void** tail = nullptr) {
-  if (tail != nullptr) *tail = nullptr;
+                                const std::optional<at::Tensor>& workspace) {
   if (scores_out.has_value()) return *scores_out;
-  const at::Tensor ws =
-      workspace.has_value() ? *workspace : at::empty({s.workspace_bytes()}, q_idx.options().dtype(at::kByte));
-  if (tail != nullptr) *tail = static_cast<uint8_t*>(ws.data_ptr()) + s.workspace_tail_offset();
-  return ws.narrow(0, 0, s.scores_bytes()).view(at::kFloat).view({s.heads, s.tokens(), s.max_pages});
+  if (workspace.has_value()) {
+    return workspace->narrow(0, 0, s.workspace_bytes()).view(at::kFloat).view({s.heads, s.tokens(), s.max_pages});
+  }
+  return at::empty({s.heads, s.tokens(), s.max_pages}, q_idx.options().dtype(at::kFloat));
 }
 
 // topk_select: scores float32 [H, T, max_pages] (unit inner stride), positions int32 [T] (contiguous).

@@ -153,28 +153,6 @@ bool wgmma_carry() {
   return carry;
 }
 
-// Experiment knobs MSA_INDEX_FLAT_POOL=percent (0 = off, the default) and MSA_INDEX_FLAT_CHUNK=pages (2): on the
-// flat grid, that share of each request's needed pages is left out of the static runs and handed out at run time
-// in chunks of that many whole pages (flat_pool_grab), so the CTAs that finish early take more of it. Session 23's
-// reading of the B8 N100K trace: CTAs with the same 12-13 pages ended their main loops 19.7 (p10) to 31.2 us (max)
-// after the first started; a pool evens that spread whatever its cause (slow SMs or late starts). Written in
-// session 25 without a GPU (compiled only). Prediction: B8 N100K 36.6 -> ~31 us at 25 %, 2-page chunks.
-int flat_pool_percent() {
-  static const int percent = msa::cuda::env_choice("MSA_INDEX_FLAT_POOL", {0, 10, 20, 25, 30, 40, 50, 75, 100}, 0);
-  return percent;
-}
-int flat_pool_chunk() {
-  static const int pages = msa::cuda::env_choice("MSA_INDEX_FLAT_CHUNK", {1, 2, 3, 4, 8}, 2);
-  return pages;
-}
-// CTAs of the flat grid with a pool: whole waves of `slots`, enough that the static runs (at most
-// (100 - percent) % of B x max_pages, plus one page per request for the rounding) stay within kMaxPagesPerUnit.
-int pool_grid_ctas(const ScoreArgs& a, int slots, int percent) {
-  const int64_t statics = int64_t(a.batch) * a.max_pages * (100 - percent) / 100 + a.batch;
-  const int64_t needed = (statics + WgmmaConfig::kMaxPagesPerUnit - 1) / WgmmaConfig::kMaxPagesPerUnit + a.batch;
-  return static_cast<int>(std::min<int64_t>((needed + slots - 1) / slots * slots, 1 << 30));
-}
-
 template <KeyKind kKeys, int kN>
 LaunchStatus launch_wgmma_rows(ScoreArgs a, cudaStream_t stream) {
   const bool dense = a.key_stride_token == WgmmaConfig::row_bytes(kKeys) &&
@@ -182,11 +160,7 @@ LaunchStatus launch_wgmma_rows(ScoreArgs a, cudaStream_t stream) {
   const int groups = dense ? wgmma_groups() : 1;
   constexpr bool kFiveFits = kKeys == KeyKind::kNvfp4 && kN <= 32;
   const bool five = kFiveFits && wgmma_min_ctas() == 5;
-  // The pool needs the flat grid (decided below, from the same shapes) and the counter; dense rows, default kernel.
-  const bool pool_asked = dense && flat_pool_percent() > 0 && a.work_counter != nullptr && groups == 1 &&
-                          !five && !wgmma_carry();
   auto kernel = !dense         ? index_scores_wgmma_kernel<kKeys, kN, false>
-                : pool_asked    ? index_scores_wgmma_kernel<kKeys, kN, true, 1, false, 0, true>
                 : five          ? index_scores_wgmma_kernel<kKeys, kN, true, 1, false, kFiveFits ? 5 : 0>
                 : wgmma_carry() ? index_scores_wgmma_kernel<kKeys, kN, true, 2, true>
                 : groups == 2 ? index_scores_wgmma_kernel<kKeys, kN, true, 2>
@@ -208,20 +182,6 @@ LaunchStatus launch_wgmma_rows(ScoreArgs a, cudaStream_t stream) {
                                         : 0;
   a.flat_even = flat_even_runs();
   a.trigger_slices = score_trigger_slices();
-  if (pool_asked) {
-    if (a.flat_ctas == 0) {  // no flat grid here: the static kernel instead
-      ScoreArgs plain = a;
-      plain.work_counter = nullptr;
-      return launch_wgmma_rows<kKeys, kN>(plain, stream);
-    }
-    a.flat_ctas = pool_grid_ctas(a, slots, flat_pool_percent());
-    a.pool_percent = flat_pool_percent();
-    a.pool_chunk = flat_pool_chunk();
-    const cudaError_t zeroed = cudaMemsetAsync(a.work_counter, 0, sizeof(uint32_t), stream);
-    if (zeroed != cudaSuccess) return {LaunchStatus::Kind::kCudaError, zeroed};
-    return msa::cuda::launch_kernel(kernel, dim3(a.flat_ctas), WgmmaConfig::kThreads, 0, stream, a);
-  }
-  a.work_counter = nullptr;
   if (a.flat_ctas > 0) return msa::cuda::launch_kernel(kernel, dim3(a.flat_ctas), WgmmaConfig::kThreads, 0, stream, a);
   return msa::cuda::launch_kernel(kernel, dim3((a.max_pages + a.pages_per_unit - 1) / a.pages_per_unit, a.batch),
                                   WgmmaConfig::kThreads, 0, stream, a);

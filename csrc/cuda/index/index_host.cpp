@@ -101,11 +101,9 @@ void index_decode_cuda(const at::Tensor& q_idx_in, const at::Tensor& index_k,
   // Nothing to score (index_host.h): only the select kernel runs; it writes those rows without reading scores.
   at::Tensor scores;
   if (!index::nothing_to_score(s, topk, scores_out)) {
-    void* tail = nullptr;
-    scores = index::scores_buffer(s, q_idx, scores_out, workspace, &tail);
-    index::ScoreArgs a =
+    scores = index::scores_buffer(s, q_idx, scores_out, workspace);
+    const index::ScoreArgs a =
         score_args(s, q_idx, index_k, index_k_scales, page_table, seq_lens, scores, scores_out.has_value());
-    a.work_counter = static_cast<uint32_t*>(tail);
     msa::cuda::check_launch(index::launch_scores(a, stream), op);
   }
   const std::array<int64_t, 3> dims{s.heads, s.tokens(), s.max_pages};

@@ -36,13 +36,6 @@ struct ScoreArgs {
   // Set by launch_scores (wgmma kernel): the 64-key slices before the end of its run at which a CTA lets the select
   // kernel launch (default 2; knob MSA_INDEX_SCORE_TRIGGER); 0: after its main loop.
   int trigger_slices;
-  // Set by launch_scores (flat grid only; experiment knob MSA_INDEX_FLAT_POOL, 0 = off): the percentage of each
-  // request's needed pages left out of the static runs and handed out at run time in chunks of pool_chunk whole
-  // pages (flat_pool_grab), so CTAs that finish early take more. work_counter: the chunk counter, 4 bytes the
-  // host provides (the scores workspace's tail); the launcher zeroes it (cudaMemsetAsync) before each such launch.
-  // nullptr: no pool.
-  uint32_t* work_counter;
-  int pool_percent, pool_chunk;
 };
 
 struct SelectArgs {

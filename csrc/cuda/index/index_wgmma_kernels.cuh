@@ -57,84 +57,42 @@ __device__ __forceinline__ const uint8_t* mad_wide(uint32_t x, uint32_t y, const
 // are ceil(P / S) pages, c_t = ceil(needed_t / run): up to ~B + S / run CTAs idle, and the SMs that hold them
 // finish early while the others set the time. Returns false for a CTA past the last run. Block-wide (barriers):
 // every thread calls it.
-//
-// kPool (a.work_counter set): only the first static_t = needed_t - floor(needed_t pool_percent / 100) pages of
-// request t are dealt so (the same rule with static_t for needed_t; a CTA may get none: run.pages = 0); the rest,
-// pages [static_t, needed_t), are chunks of pool_chunk pages, numbered request by request, that flat_pool_grab
-// hands out. Thread t < B keeps its request's chunk numbers in `pool`.
 struct FlatRun {
   int b, p_begin, pages;
   int32_t seq_len;
 };
-struct PoolRange {  // one request's part of the pool: chunks [first, first + count), pages [begin, end)
-  int first, count, begin, end;
-  int32_t seq_len;
-};
-template <bool kPool = false>
-__device__ __forceinline__ bool flat_run(const ScoreArgs& a, FlatRun& run, PoolRange* pool = nullptr) {
+__device__ __forceinline__ bool flat_run(const ScoreArgs& a, FlatRun& run) {
   constexpr int kThreads = WgmmaConfig::kThreads, kWarps = kThreads / 32;
   __shared__ int warp_sums[kWarps];
   __shared__ FlatRun found;
   const int t = threadIdx.x;
   int32_t len = 0;
-  int needed = 0, statics = 0;
+  int needed = 0;
   if (t < a.batch) {
     len = a.seq_lens[t];
     needed = pages_needed(a, len);
-    statics = kPool ? needed - static_cast<int>(int64_t(needed) * a.pool_percent / 100) : needed;
-  }
-  if constexpr (kPool) {
-    const int chunks = (needed - statics + a.pool_chunk - 1) / a.pool_chunk;
-    int total_chunks = 0;
-    const int first_chunk = msa::cuda::block_exclusive_scan<kWarps>(chunks, warp_sums, total_chunks);
-    if (t < a.batch) pool[t] = PoolRange{first_chunk, chunks, statics, needed, len};
   }
   int total_pages = 0;
-  msa::cuda::block_exclusive_scan<kWarps>(statics, warp_sums, total_pages);
+  msa::cuda::block_exclusive_scan<kWarps>(needed, warp_sums, total_pages);
   const int slots = max(a.flat_ctas - a.batch, 1);
   const int even = min(max((total_pages + slots - 1) / slots, 1), WgmmaConfig::kMaxPagesPerUnit);
-  const int ctas = a.flat_even ? (statics + even - 1) / even
-                               : min(statics, static_cast<int>(int64_t(statics) * slots / max(total_pages, 1)) + 1);
+  const int ctas = a.flat_even ? (needed + even - 1) / even
+                               : min(needed, static_cast<int>(int64_t(needed) * slots / max(total_pages, 1)) + 1);
   int total_ctas = 0;
   const int first = msa::cuda::block_exclusive_scan<kWarps>(ctas, warp_sums, total_ctas);
   const int cta = blockIdx.x;
-  if (t == 0 && cta >= total_ctas) found = FlatRun{-1, 0, 0, 0};
+  if (t == 0 && cta >= total_ctas) found.b = -1;
   if (t < a.batch && cta >= first && cta < first + ctas) {
     const int k = cta - first;
     if (a.flat_even) {
-      found = FlatRun{t, k * even, min(even, statics - k * even), len};
-    } else {  // run k: pages [k statics / c, (k + 1) statics / c)
-      const int begin = k * statics / ctas, end = (k + 1) * statics / ctas;
+      found = FlatRun{t, k * even, even, len};
+    } else {  // run k: pages [k needed / c, (k + 1) needed / c)
+      const int begin = k * needed / ctas, end = (k + 1) * needed / ctas;
       found = FlatRun{t, begin, end - begin, len};
     }
   }
   __syncthreads();
   run = found;
-  if constexpr (kPool) __syncthreads();  // `found` is rewritten by flat_pool_grab
-  return run.b >= 0;
-}
-
-// The pool's next chunk for this CTA: chunk number `*next` (thread 0 wrote it, from an atomicAdd on
-// a.work_counter), found by the thread whose request holds it in `pool` (shared memory, from flat_run<true>: kept
-// out of registers, which the score loop needs). Returns false once the chunks are all handed out. Block-wide
-// (three barriers): every thread calls it.
-__device__ __forceinline__ bool flat_pool_grab(const ScoreArgs& a, const PoolRange* pool, const int* next,
-                                               FlatRun& run) {
-  __shared__ FlatRun found;
-  const int t = threadIdx.x;
-  if (t == 0) found = FlatRun{-1, 0, 0, 0};
-  __syncthreads();
-  const int chunk = *next;
-  if (t < a.batch) {
-    const PoolRange mine = pool[t];
-    if (chunk >= mine.first && chunk < mine.first + mine.count) {
-      const int begin = mine.begin + (chunk - mine.first) * a.pool_chunk;
-      found = FlatRun{t, begin, min(a.pool_chunk, mine.end - begin), mine.seq_len};
-    }
-  }
-  __syncthreads();
-  run = found;
-  __syncthreads();  // every thread has read `found` and `*next` before either is rewritten
   return run.b >= 0;
 }
 
@@ -232,13 +190,7 @@ __device__ __forceinline__ void slice_fragments_f16(const SliceFetch<kKeys>& f, 
 //
 // kMinCtas > 0 (NVFP4, experiment): that many CTAs per SM by the launch bounds, with 2 slices of loads in flight
 // instead of 4 (the ring is ~20 of the 128 registers); 0: WgmmaConfig::min_ctas and kDepth.
-//
-// kPool (flat grid with a.work_counter): after its static run (flat_run<true>) each CTA takes chunks of the page
-// pool (flat_pool_grab) until none is left; the next chunk's number is asked for (one atomicAdd of thread 0) once a
-// run's first loads are out, so its latency hides behind the run. Whole pages per chunk: a page's score is the
-// same bits whichever CTA computes it.
-template <KeyKind kKeys, int kN, bool kDenseRows, int kGroups = 1, bool kCarry = false, int kMinCtas = 0,
-          bool kPool = false>
+template <KeyKind kKeys, int kN, bool kDenseRows, int kGroups = 1, bool kCarry = false, int kMinCtas = 0>
 __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas : WgmmaConfig::min_ctas(kKeys, kN))
     index_scores_wgmma_kernel(const ScoreArgs a) {
   static_assert(kGroups == 1 || kGroups == 2 || kGroups == 4, "k16-steps per commit group: 8, 4 or 2");
@@ -268,18 +220,10 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas
   const int head_shift = a.heads >> 1;  // H = 1, 2 or 4 (the op checks it): i = r >> head_shift, h = r & (H - 1)
   // The CTA's run: pages [p_begin, p_begin + run_pages) of request b (2-D grid: blockIdx = (run, request)).
   FlatRun flat{};
-  __shared__ PoolRange pool[kPool ? C::kThreads : 1];  // kPool: each request's chunks (flat_run<true>)
-  __shared__ int next_chunk;                           // kPool: the chunk thread 0 was handed for the next run
-  if constexpr (kPool) {
-    flat_run<true>(a, flat, pool);
-  } else if (a.flat_ctas > 0 && !flat_run(a, flat)) {
-    return;
-  }
-  int traced_pages = 0;  // trace harness only: pages loaded by this CTA over its runs
-  // One run: pages [p_begin, p_begin + run_pages) of request b (flat_len: its length, flat grid only). Returns
-  // whether it asked for the next chunk (kPool).
-  auto run_body = [&](const int b, const int run_pages, const int p_begin, const int32_t flat_len) -> bool {
-  bool asked = false;
+  if (a.flat_ctas > 0 && !flat_run(a, flat)) return;
+  const int b = a.flat_ctas > 0 ? flat.b : int(blockIdx.y);
+  const int run_pages = a.flat_ctas > 0 ? flat.pages : a.pages_per_unit;
+  const int p_begin = a.flat_ctas > 0 ? flat.p_begin : int(blockIdx.x) * run_pages;
   // 2-D grid: loads that do not depend on the request's length go out together with seq_lens[b] (one dependent
   // memory latency less before the first key load): this thread's page-table entry (thread i: page p_begin + i of
   // the run; entries past the request's pages are read but never used) and its words of the query tile (element
@@ -291,7 +235,7 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas
   if (int(threadIdx.x) < run_pages && p_begin + int(threadIdx.x) < a.max_pages) {
     table_entry = a.page_table[int64_t(b) * a.page_table_stride + p_begin + threadIdx.x];
   }
-  const int32_t seq_len = a.flat_ctas > 0 ? flat_len : a.seq_lens[b];
+  const int32_t seq_len = a.flat_ctas > 0 ? flat.seq_len : a.seq_lens[b];
   constexpr int kQWords = kN * 4 * kSteps / C::kThreads;
   static_assert(C::kThreads == 4 * kSteps * 4, "tile element u = threadIdx.x + 128 j keeps its k-step and quad");
   uint32_t q_words[kQWords];
@@ -311,12 +255,11 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas
   const int needed = pages_needed(a, seq_len);
   const int limit = a.write_all_pages ? a.max_pages : needed;
   MSA_TRACE(0, 2);
-  if (p_begin >= limit) return asked;
+  if (p_begin >= limit) return;
   const int p_end = min(p_begin + run_pages, limit);
   const int load_end = min(p_end, needed);
   MSA_TRACE_SM(0, 10);  // trace harness only: SM id + 1 and pages loaded + 1
-  traced_pages += max(load_end - p_begin, 0);
-  MSA_TRACE_VALUE(0, 11, uint64_t(traced_pages) + 1u);
+  MSA_TRACE_VALUE(0, 11, uint64_t(max(load_end - p_begin, 0)) + 1u);
   const int first_row_pos = seq_len - a.q_len;  // position of row i: first_row_pos + i
   // Byte strides between the tokens of a page (compile-time for dense rows).
   const int64_t key_stride = kDenseRows ? kRowBytes : a.key_stride_token;
@@ -413,10 +356,6 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas
     };
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) issue(d, d % C::kSlices, ring[d]);
-    if constexpr (kPool) {
-      if (threadIdx.x == 0) next_chunk = static_cast<int>(atomicAdd(a.work_counter, 1u));
-      asked = true;
-    }
 
     const int first_masked = max(first_row_pos, 0) / C::kPage;
     float best[kNTiles][2];
@@ -530,20 +469,6 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas
     for (int r = threadIdx.x; r < rows; r += C::kThreads) store_row(r, page, -INFINITY);
   }
   MSA_TRACE(0, 7);
-  return asked;
-  };
-
-  if constexpr (kPool) {  // the static run (may be none), then chunks until the pool is empty
-    do {
-      const bool asked = flat.b >= 0 && run_body(flat.b, flat.pages, flat.p_begin, flat.seq_len);
-      if (!asked && threadIdx.x == 0) next_chunk = static_cast<int>(atomicAdd(a.work_counter, 1u));
-    } while (flat_pool_grab(a, pool, &next_chunk, flat));
-  } else {
-    const bool flat_grid = a.flat_ctas > 0;
-    const int run_pages = flat_grid ? flat.pages : a.pages_per_unit;
-    run_body(flat_grid ? flat.b : int(blockIdx.y), run_pages, flat_grid ? flat.p_begin : int(blockIdx.x) * run_pages,
-             flat.seq_len);
-  }
 #endif
 }
 
