@@ -39,7 +39,8 @@ inline LaunchStatus prepare_kernel(const void* kernel, int dynamic_smem = 0) {
     (void)cudaGetLastError();  // not sticky: clear it so later calls are not blamed
     return {LaunchStatus::Kind::kNoKernelImage, err};
   }
-  if (err == cudaSuccess && dynamic_smem > 48 * 1024) {
+  // Past 48 KB of static + dynamic shared memory a kernel must opt in (the attribute caps the dynamic part).
+  if (err == cudaSuccess && dynamic_smem + int(attributes.sharedSizeBytes) > 48 * 1024) {
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_smem);
   }
   if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};

@@ -141,6 +141,30 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[kN / 2], const uint32_t 
 #endif
 }
 
+// D (64 x kN, fp32, laid out as in wgmma_m64k16) (+)= A B with fp16 operands, both from shared memory: A = 64 x 16
+// K-major through `a_desc`, B = 16 x kN K-major through `b_desc`. kN = 8, 16, 32.
+template <int kN>
+__device__ __forceinline__ void wgmma_m64k16_ss_f16(float (&d)[kN / 2], uint64_t a_desc, uint64_t b_desc,
+                                                    int accumulate) {
+  static_assert(kN == 8 || kN == 16 || kN == 32);
+#if MSA_WGMMA
+#define MSA_WGMMA_SS(N, DLIST, OUTS, A, B, ACC)                                                                      \
+  if constexpr (kN == N) {                                                                                             \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " ACC ", 0;\n"                                                      \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16 " DLIST ", " A ", " B ", p, 1, 1, 0, 0;\n}\n" \
+                 : OUTS(d)                                                                                             \
+                 : "l"(a_desc), "l"(b_desc), "r"(accumulate));                                                         \
+  }
+  MSA_WGMMA_SS(8, MSA_WGMMA_D4, MSA_WGMMA_OUT4, "%4", "%5", "%6")
+  MSA_WGMMA_SS(16, MSA_WGMMA_D8, MSA_WGMMA_OUT8, "%8", "%9", "%10")
+  MSA_WGMMA_SS(32, MSA_WGMMA_D16, MSA_WGMMA_OUT16, "%16", "%17", "%18")
+#undef MSA_WGMMA_SS
+#else
+  (void)d, (void)a_desc, (void)b_desc, (void)accumulate;
+  __trap();
+#endif
+}
+
 // D (64 x 64, fp32, laid out as in wgmma_m64k16) (+)= A B with E4M3 operands, K = 32: A = 64 x 32 from registers
 // (per warp: the m16n8k32 8-bit A fragment of its 16 rows: a[0] = row g8, k 4 quad + [0, 4) (4 bytes, low first),
 // a[1] = row g8 + 8, a[2] / a[3] = the same at k + 16), B = 32 x 64 K-major through `b_desc` (FP8 wgmma has no
