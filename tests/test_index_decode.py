@@ -549,10 +549,10 @@ def test_cuda_out_of_range_page_ids(key_format):
                                           ("MSA_INDEX_FLAT_BALANCE", "0"), ("MSA_INDEX_SELECT_TRIGGER", "1"),
                                           ("MSA_INDEX_SCORE_TRIGGER", "0"), ("MSA_INDEX_WGMMA_GROUPS", "2"),
                                           ("MSA_INDEX_WGMMA_GROUPS", "4"), ("MSA_INDEX_WGMMA_CARRY", "1"),
-                                          ("MSA_INDEX_WGMMA_CTAS", "5"), ("MSA_INDEX_WGMMA_SS", "1")],
+                                          ("MSA_INDEX_WGMMA_CTAS", "5")],
                          ids=["mma-sync", "64-pages-per-cta", "no-pdl", "no-flat-grid", "flat-runs-4",
                               "flat-even-runs", "select-trigger", "score-trigger-end", "wgmma-groups-2",
-                              "wgmma-groups-4", "wgmma-carry", "wgmma-5-ctas", "wgmma-smem-keys"])
+                              "wgmma-groups-4", "wgmma-carry", "wgmma-5-ctas"])
 def test_cuda_score_kernel_knob(knob, choice):
     # MSA_INDEX_SCORES=1 forces the mma.sync score kernel (the path of non-Hopper GPUs) on any GPU;
     # MSA_INDEX_PAGES_PER_CTA=64 the longest runs per CTA of the Hopper kernel (odd page counts per run, runs
@@ -564,8 +564,7 @@ def test_cuda_score_kernel_knob(knob, choice):
     # their runs (the default: one page before their end); MSA_INDEX_WGMMA_GROUPS=2 / 4 the Hopper score kernel
     # issuing each slice's k16-steps in 2 / 4 commit groups, each decoded while the previous one runs;
     # MSA_INDEX_WGMMA_CARRY=1 2 groups with the next slice's first group decoded before the last wait;
-    # MSA_INDEX_WGMMA_CTAS=5 the NVFP4 kernels of <= 32 rows at 5 CTAs per SM (2 slices of loads in flight);
-    # MSA_INDEX_WGMMA_SS=1 the NVFP4 kernels of <= 32 rows with the decoded keys in shared memory. Knobs
+    # MSA_INDEX_WGMMA_CTAS=5 the NVFP4 kernels of <= 32 rows at 5 CTAs per SM (2 slices of loads in flight). Knobs
     # are read once per process, so the CUDA score cases rerun in a subprocess.
     selection = ("cuda and (lengths or query_lengths or page_layouts or padding or nan_keys or strided or uneven or "
                  "graph_replay or out_of_range)")

@@ -142,11 +142,12 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[kN / 2], const uint32_t 
 }
 
 // D (64 x kN, fp32, laid out as in wgmma_m64k16) (+)= A B with fp16 operands, both from shared memory: A = 64 x 16
-// K-major through `a_desc`, B = 16 x kN K-major through `b_desc`. kN = 8, 16, 32.
+// K-major through `a_desc`, B = 16 x kN K-major through `b_desc`. kN = 8, 16, 32, 64, 128. (Used by
+// scripts/wgmma_rates.cu; the index kernel's shared-memory-keys variant that used it measured slower: NOTES.)
 template <int kN>
 __device__ __forceinline__ void wgmma_m64k16_ss_f16(float (&d)[kN / 2], uint64_t a_desc, uint64_t b_desc,
                                                     int accumulate) {
-  static_assert(kN == 8 || kN == 16 || kN == 32);
+  static_assert(kN == 8 || kN == 16 || kN == 32 || kN == 64 || kN == 128);
 #if MSA_WGMMA
 #define MSA_WGMMA_SS(N, DLIST, OUTS, A, B, ACC)                                                                      \
   if constexpr (kN == N) {                                                                                             \
@@ -158,6 +159,8 @@ __device__ __forceinline__ void wgmma_m64k16_ss_f16(float (&d)[kN / 2], uint64_t
   MSA_WGMMA_SS(8, MSA_WGMMA_D4, MSA_WGMMA_OUT4, "%4", "%5", "%6")
   MSA_WGMMA_SS(16, MSA_WGMMA_D8, MSA_WGMMA_OUT8, "%8", "%9", "%10")
   MSA_WGMMA_SS(32, MSA_WGMMA_D16, MSA_WGMMA_OUT16, "%16", "%17", "%18")
+  MSA_WGMMA_SS(64, MSA_WGMMA_D32, MSA_WGMMA_OUT32, "%32", "%33", "%34")
+  MSA_WGMMA_SS(128, MSA_WGMMA_D64, MSA_WGMMA_OUT64, "%64", "%65", "%66")
 #undef MSA_WGMMA_SS
 #else
   (void)d, (void)a_desc, (void)b_desc, (void)accumulate;

@@ -153,15 +153,6 @@ bool wgmma_carry() {
   return carry;
 }
 
-// MSA_INDEX_WGMMA_SS=1 (NVFP4 keys, up to 32 query rows, dense rows; default 0): the decoded keys go through a
-// 2-slice ring in shared memory and both wgmma operands come from there, so one slice's wgmmas run while the next
-// is decoded (session 26's what-if builds on the H100: without the MMA the kernel is 11-14 % faster, without
-// the decode 7-12 %, without both 26-34 %: the two do not overlap in the register-operand kernel).
-bool wgmma_smem_keys() {
-  static const bool on = msa::cuda::env_choice("MSA_INDEX_WGMMA_SS", {0, 1}, 0) == 1;
-  return on;
-}
-
 template <KeyKind kKeys, int kN>
 LaunchStatus launch_wgmma_rows(ScoreArgs a, cudaStream_t stream) {
   const bool dense = a.key_stride_token == WgmmaConfig::row_bytes(kKeys) &&
@@ -169,21 +160,17 @@ LaunchStatus launch_wgmma_rows(ScoreArgs a, cudaStream_t stream) {
   const int groups = dense ? wgmma_groups() : 1;
   constexpr bool kFiveFits = kKeys == KeyKind::kNvfp4 && kN <= 32;
   const bool five = kFiveFits && wgmma_min_ctas() == 5;
-  constexpr bool kSmemFits = kKeys == KeyKind::kNvfp4 && kN <= 32;
-  const bool smem_keys = kSmemFits && dense && wgmma_smem_keys();
-  const int dynamic_smem = smem_keys ? WgmmaConfig::kSmemARingBytes : 0;
   auto kernel = !dense         ? index_scores_wgmma_kernel<kKeys, kN, false>
-                : smem_keys    ? index_scores_wgmma_kernel<kKeys, kN, true, 1, false, 0, kSmemFits>
                 : five          ? index_scores_wgmma_kernel<kKeys, kN, true, 1, false, kFiveFits ? 5 : 0>
                 : wgmma_carry() ? index_scores_wgmma_kernel<kKeys, kN, true, 2, true>
                 : groups == 2 ? index_scores_wgmma_kernel<kKeys, kN, true, 2>
                 : groups == 4 ? index_scores_wgmma_kernel<kKeys, kN, true, 4>
                                : index_scores_wgmma_kernel<kKeys, kN, true>;
-  const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel), dynamic_smem);
+  const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
   if (!ready.is_ok()) return ready;
   int slots = 0;  // CTAs resident at once
   const LaunchStatus sized = msa::cuda::resident_blocks(reinterpret_cast<const void*>(kernel), WgmmaConfig::kThreads,
-                                                        dynamic_smem, slots);
+                                                        0, slots);
   if (!sized.is_ok()) return sized;
   a.pages_per_unit = wgmma_pages_per_cta(a, slots);
   // The flat grid pays a dependent load and two block scans before its first key load (~1 us); it wins where
@@ -195,11 +182,9 @@ LaunchStatus launch_wgmma_rows(ScoreArgs a, cudaStream_t stream) {
                                         : 0;
   a.flat_even = flat_even_runs();
   a.trigger_slices = score_trigger_slices();
-  if (a.flat_ctas > 0) {
-    return msa::cuda::launch_kernel(kernel, dim3(a.flat_ctas), WgmmaConfig::kThreads, dynamic_smem, stream, a);
-  }
+  if (a.flat_ctas > 0) return msa::cuda::launch_kernel(kernel, dim3(a.flat_ctas), WgmmaConfig::kThreads, 0, stream, a);
   return msa::cuda::launch_kernel(kernel, dim3((a.max_pages + a.pages_per_unit - 1) / a.pages_per_unit, a.batch),
-                                  WgmmaConfig::kThreads, dynamic_smem, stream, a);
+                                  WgmmaConfig::kThreads, 0, stream, a);
 }
 
 // The wgmma kernel addresses keys with 32-bit page strides and 32-bit offsets inside a page (one IMAD.WIDE

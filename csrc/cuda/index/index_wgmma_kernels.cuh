@@ -16,7 +16,6 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/common/block_scan.cuh"
 #include "cuda/common/nvfp4.cuh"
@@ -40,9 +39,6 @@ struct WgmmaConfig {
   static constexpr int kMaxPagesPerUnit = 64;  // pages of one CTA's run (launcher: pages_per_unit <= this)
   // NVFP4 with up to 32 query rows fits 128 registers: 4 CTAs (16 warps) per SM; larger shapes take what they need.
   static constexpr int min_ctas(KeyKind keys, int n) { return keys == KeyKind::kNvfp4 && n <= 32 ? 4 : 1; }
-  // kSmemA kernels: one slot of decoded keys is 64 keys x 128 dims of fp16; two slots of dynamic shared memory.
-  static constexpr int kSmemASlotBytes = 64 * 128 * 2;
-  static constexpr int kSmemARingBytes = 2 * kSmemASlotBytes;
 };
 
 // p + x * y with one IMAD.WIDE.U32 (x * y < 2^32 is not required; the product is 64-bit).
@@ -194,21 +190,11 @@ __device__ __forceinline__ void slice_fragments_f16(const SliceFetch<kKeys>& f, 
 //
 // kMinCtas > 0 (NVFP4, experiment): that many CTAs per SM by the launch bounds, with 2 slices of loads in flight
 // instead of 4 (the ring is ~20 of the 128 registers); 0: WgmmaConfig::min_ctas and kDepth.
-//
-// kSmemA (NVFP4, kN <= 32, one group, experiment): the decoded keys go to shared memory instead of fragment
-// registers (a 2-slice ring of 64 x 128 fp16 tiles, WgmmaConfig::kSmemARingBytes of dynamic shared memory), and
-// both wgmma operands come from shared memory; slice s's wgmmas then run while slice s + 1 is decoded, and only
-// slice s - 1's max waits for them (two accumulator sets). Lane l loads and decodes key 16 warp + l % 8 (+ 8),
-// dims 32 (l / 8) + [0, 32), so each 16-byte store of a phase hits 8 different rows (no bank conflicts); the
-// query tile is in natural dim order for it.
-template <KeyKind kKeys, int kN, bool kDenseRows, int kGroups = 1, bool kCarry = false, int kMinCtas = 0,
-          bool kSmemA = false>
+template <KeyKind kKeys, int kN, bool kDenseRows, int kGroups = 1, bool kCarry = false, int kMinCtas = 0>
 __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas : WgmmaConfig::min_ctas(kKeys, kN))
     index_scores_wgmma_kernel(const ScoreArgs a) {
   static_assert(kGroups == 1 || kGroups == 2 || kGroups == 4, "k16-steps per commit group: 8, 4 or 2");
   static_assert(!kCarry || kGroups == 2, "the carried first group is half a slice");
-  static_assert(!kSmemA || (kKeys == KeyKind::kNvfp4 && kN <= 32 && kDenseRows && kGroups == 1 && !kCarry),
-                "shared-memory keys: NVFP4, <= 32 rows, dense rows, one group");
 #if MSA_WGMMA
   MSA_TRACE(0, 0);
   msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
@@ -293,24 +279,17 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas
       const int u = threadIdx.x + C::kThreads * j;
       const int r = u / (4 * kSteps), s = (u / 4) % kSteps, qd = u % 4;
       const uint2 v = make_uint2(e4m3x2_to_f16x2(q_words[j]), e4m3x2_to_f16x2(q_words[j] >> 16));
-      if constexpr (kSmemA) {  // natural order: dims 32 qd + 4 s + [0, 4) in 16-byte chunk 4 qd + s / 2
-        *reinterpret_cast<uint2*>(q_tile + (r >> 3) * kChunkBytes + (4 * qd + s / 2) * 128 + (r & 7) * 16 +
-                                  8 * (s & 1)) = v;
-      } else {
-        uint8_t* dst = q_tile + (r >> 3) * kChunkBytes + (r & 7) * 16 + 4 * qd;
-        *reinterpret_cast<uint32_t*>(dst + (2 * s) * 128) = v.x;      // first half of the step's k
-        *reinterpret_cast<uint32_t*>(dst + (2 * s + 1) * 128) = v.y;  // second half
-      }
+      uint8_t* dst = q_tile + (r >> 3) * kChunkBytes + (r & 7) * 16 + 4 * qd;
+      *reinterpret_cast<uint32_t*>(dst + (2 * s) * 128) = v.x;      // first half of the step's k
+      *reinterpret_cast<uint32_t*>(dst + (2 * s + 1) * 128) = v.y;  // second half
     }
     if constexpr (kKeys == KeyKind::kNvfp4) fill_product_tables(tables);
     // The run's physical page ids, checked once (the loop's loads then depend on shared memory only).
     if (int(threadIdx.x) < load_end - p_begin) {
       unit_pages[threadIdx.x] = static_cast<int32_t>(checked_page(a, table_entry));
     }
-    // The key row and the quarter of its dims this thread loads (kSmemA: lane % 8 and lane / 8, else g and quad).
-    const int load_row = 16 * warp + (kSmemA ? (lane & 7) : g), load_quarter = kSmemA ? (lane >> 3) : quad;
-    thread_offsets[threadIdx.x] = make_uint2(uint32_t(load_row * key_stride + (kRowBytes / 4) * load_quarter),
-                                             uint32_t(load_row * scale_stride + 2 * load_quarter));
+    thread_offsets[threadIdx.x] = make_uint2(uint32_t((16 * warp + g) * key_stride + (kRowBytes / 4) * quad),
+                                             uint32_t((16 * warp + g) * scale_stride + 2 * quad));
     msa::cuda::fence_proxy_async_shared();
     __syncthreads();
     MSA_TRACE(0, 3);
@@ -392,169 +371,90 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas
       slice_fragments_f16_part<kKeys>(ring[0], tables, table_offset, 0, 2, carried);
     }
 
-    // A finished slice's scores: this thread's keys into best (masked past each row's position); at a page end
-    // the 32 partial maxima of each row meet in shared memory and one thread per row stores the page's score.
-    auto slice_max = [&](const int page, const int half, const float (&sacc)[kN / 2]) {
-      // sacc[4 nt + c]: key g (c < 2) or g + 8, row 8 nt + 2 quad + (c & 1).
-      if (page < first_masked) {
+    for (int s0 = 0; s0 < steps; s0 += kDepth) {
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-          for (int j = 0; j < 2; ++j)
-            best[nt][j] = nvfp4::fmax_nan(best[nt][j], nvfp4::fmax_nan(sacc[4 * nt + j], sacc[4 * nt + 2 + j]));
-      } else {
-        const int key = page * C::kPage + 64 * half + 16 * warp + g;  // position of key g (key g + 8: +8)
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            if (key <= pos[nt][j]) best[nt][j] = nvfp4::fmax_nan(best[nt][j], sacc[4 * nt + j]);
-            if (key + 8 <= pos[nt][j]) best[nt][j] = nvfp4::fmax_nan(best[nt][j], sacc[4 * nt + 2 + j]);
-          }
-      }
-      if (half == C::kSlices - 1) {  // page done: the 32 partial maxima of each row meet in shared memory
-        float(&slot)[32][kPitch] = partial_max[page & 1];
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-          *reinterpret_cast<float2*>(&slot[8 * warp + g][8 * nt + 2 * quad]) = make_float2(best[nt][0], best[nt][1]);
-          best[nt][0] = best[nt][1] = -INFINITY;
-        }
-        __syncthreads();  // double-buffered by page parity: one barrier per page
-        // Thread t combines row t / kRowThreads: partials t % kRowThreads + kRowThreads k, then a shuffle.
-        float v = slot[combine_sub][combine_row];
-#pragma unroll
-        for (int k = 1; k < 32 / kRowThreads; ++k)
-          v = nvfp4::fmax_nan(v, slot[combine_sub + kRowThreads * k][combine_row]);
-#pragma unroll
-        for (int m = 1; m < kRowThreads; m *= 2) v = nvfp4::fmax_nan(v, __shfl_xor_sync(0xFFFFFFFFu, v, m));
-        if (out_row != nullptr) {
-          // Not visible (padding row, or past the row's local page): -inf; visible, bad id: NaN.
-          out_row[page] = out_pos < page * C::kPage ? -INFINITY : (unit_pages[page - p_begin] >= 0 ? v : NAN);
-        }
-        if (page == p_begin) MSA_TRACE(0, 5);
-      }
-    };
-    if constexpr (kSmemA) {
-      // 2-slice ring of decoded keys: [slot][8 key groups][16 chunks of 8 dims][8 keys][16 B] (the query tile's
-      // layout); this thread's first 16-byte chunk, then + 2048 kk (key + 8) and + 128 w (word w of its codes).
-      extern __shared__ __align__(128) uint8_t smem_keys[];
-      uint8_t* const key_chunks = smem_keys + warp * 4096 + (lane >> 3) * 512 + (lane & 7) * 16;
-      const uint64_t key_desc0 = wgmma_smem_desc(smem_keys, 128, 2048);
-      float acc2[2][kN / 2];
-#pragma unroll
-      for (int i = 0; i < kN / 2; ++i) acc2[0][i] = acc2[1][i] = 0.0f;
-      // Slice s in ring slot kD = s % kDepth (compile-time): decoded into key slot kD % 2 (its last reader, slice
-      // s - 2's wgmmas, was waited for) and its wgmmas issued; then, inside a group, slice s - 1's max once its
-      // wgmmas are done.
-      auto run_slice = [&](auto slot, const int s) {
-        constexpr int kD = decltype(slot)::value;
+      for (int d = 0; d < kDepth; ++d) {
+        if (s0 + d >= steps) break;  // an odd page count ends mid-group (uniform over the CTA)
+        const int page = p_begin + (s0 + d) / C::kSlices;
+        const int half = d % C::kSlices;
+        uint32_t local_frag[kSteps][4];
+        uint32_t(&frag)[kSteps][4] = kCarry ? carried : local_frag;
         uint32_t table_offset[2][2];
-        slice_table_offsets<kKeys>(ring[kD], table_offset);
-        uint8_t* const dst = key_chunks + (kD & 1) * C::kSmemASlotBytes;
+        slice_table_offsets<kKeys>(ring[d], table_offset);
+        constexpr int kGroupSteps = kSteps / kGroups;
 #pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          const uint32_t codes[4] = {ring[kD].codes[kk].x, ring[kD].codes[kk].y, ring[kD].codes[kk].z,
-                                     ring[kD].codes[kk].w};
-#pragma unroll
-          for (int w = 0; w < 4; ++w) {
-            const uint2 t = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint8_t*>(tables) +
-                                                            table_offset[kk][w / 2]);
-            uint32_t lo, hi;  // E4M3 bytes of dims 8 w + [0, 4), + [4, 8)
-            e2m1x8_to_e4m3x8(codes[w], t.x, t.y, lo, hi);
-            *reinterpret_cast<uint4*>(dst + 2048 * kk + 128 * w) =
-                make_uint4(e4m3_lo_to_f16x2(lo), e4m3_hi_to_f16x2(lo), e4m3_lo_to_f16x2(hi), e4m3_hi_to_f16x2(hi));
+        for (int grp = 0; grp < kGroups; ++grp) {
+          // This group's fragments only (kCarry: the first group was built during the previous slice); the
+          // registers of the groups in flight are left alone.
+          if (!(kCarry && grp == 0)) {
+            slice_fragments_f16_part<kKeys>(ring[d], tables, table_offset, grp * kGroupSteps / 2, kGroupSteps / 2,
+                                            frag);
           }
-        }
-        msa::cuda::fence_proxy_async_shared();
-        __syncthreads();  // every warp's keys in the slot before the wgmmas read it
-        if (s == 0) MSA_TRACE(0, 4);
-        if (s == trigger_step) msa::cuda::allow_dependent_launch();
-        msa::cuda::wgmma_fence_operands(acc2[kD & 1]);
-        msa::cuda::wgmma_fence();
-        const uint64_t key_desc = key_desc0 + (kD & 1) * (C::kSmemASlotBytes / 16);
+          if (grp == 0) {
+            if (s0 + d == 0) MSA_TRACE(0, 4);
+            if (s0 + d == trigger_step) msa::cuda::allow_dependent_launch();
+          }
+          // Fragments complete before the wgmma fence (else ptxas inserts a warpgroup arrive per k-step).
 #pragma unroll
-        for (int k = 0; k < kSteps; ++k)
-          msa::cuda::wgmma_m64k16_ss_f16<kN>(acc2[kD & 1], key_desc + 16 * k, desc0 + 16 * k, k > 0);
-        msa::cuda::wgmma_commit();
-        issue(s + kDepth, kD % C::kSlices, ring[kD]);
-        if constexpr (kD > 0) {
+          for (int s = grp * kGroupSteps; s < (grp + 1) * kGroupSteps; ++s)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(frag[s][i]));
+          if (grp == 0) msa::cuda::wgmma_fence_operands(acc);  // between the groups acc stays with the wgmmas
+          msa::cuda::wgmma_fence();
+#pragma unroll
+          for (int s = grp * kGroupSteps; s < (grp + 1) * kGroupSteps; ++s)
+            msa::cuda::wgmma_m64k16<kN, false, false>(acc, frag[s], desc0 + 16 * s, s > 0);
+          msa::cuda::wgmma_commit();
+        }
+        issue(s0 + d + kDepth, half, ring[d]);  // the next loads' address work overlaps the wgmma
+        if constexpr (kCarry) {
+          // The first group is done: its registers take the next slice's first group (ring slot d + 1 was
+          // loaded kDepth - 1 slices ago; past the last slice the stale slot decodes to values never used).
           msa::cuda::wgmma_wait<1>();
-          msa::cuda::wgmma_fence_operands(acc2[(kD + 1) & 1]);
-          slice_max(p_begin + (s - 1) / C::kSlices, (kD + 1) % C::kSlices, acc2[(kD + 1) & 1]);
-        }
-      };
-      // The group's last slice (second half of a page, key slot 1).
-      auto last_slice_max = [&](const int s) {
-        msa::cuda::wgmma_wait<0>();
-        msa::cuda::wgmma_fence_operands(acc2[1]);
-        slice_max(p_begin + s / C::kSlices, 1, acc2[1]);
-      };
-      // Groups of 4 slices, then a 2-slice tail (steps is even). Nothing is in flight across the loop's back edge:
-      // ptxas serialises every wgmma (C7514) when an accumulator in flight is carried around a loop, so each group
-      // ends waiting for its last slice (its wgmmas are the only ones not overlapped with a decode).
-      static_assert(kDepth == 4, "ring slots = slices per group");
-      int s0 = 0;
-      for (; s0 + kDepth <= steps; s0 += kDepth) {
-        run_slice(std::integral_constant<int, 0>{}, s0);
-        run_slice(std::integral_constant<int, 1>{}, s0 + 1);
-        run_slice(std::integral_constant<int, 2>{}, s0 + 2);
-        run_slice(std::integral_constant<int, 3>{}, s0 + 3);
-        last_slice_max(s0 + 3);
-      }
-      if (s0 < steps) {
-        run_slice(std::integral_constant<int, 0>{}, s0);
-        run_slice(std::integral_constant<int, 1>{}, s0 + 1);
-        last_slice_max(s0 + 1);
-      }
-    } else {
-      for (int s0 = 0; s0 < steps; s0 += kDepth) {
-#pragma unroll
-        for (int d = 0; d < kDepth; ++d) {
-          if (s0 + d >= steps) break;  // an odd page count ends mid-group (uniform over the CTA)
-          const int page = p_begin + (s0 + d) / C::kSlices;
-          const int half = d % C::kSlices;
-          uint32_t local_frag[kSteps][4];
-          uint32_t(&frag)[kSteps][4] = kCarry ? carried : local_frag;
+          const SliceFetch<kKeys>& next = ring[(d + 1) % kDepth];
           uint32_t table_offset[2][2];
-          slice_table_offsets<kKeys>(ring[d], table_offset);
-          constexpr int kGroupSteps = kSteps / kGroups;
+          slice_table_offsets<kKeys>(next, table_offset);
+          slice_fragments_f16_part<kKeys>(next, tables, table_offset, 0, 2, carried);
+        }
+        msa::cuda::wgmma_wait<0>();
+        msa::cuda::wgmma_fence_operands(acc);
+        // acc[4 nt + c]: key g (c < 2) or g + 8, row 8 nt + 2 quad + (c & 1).
+        if (page < first_masked) {
 #pragma unroll
-          for (int grp = 0; grp < kGroups; ++grp) {
-            // This group's fragments only (kCarry: the first group was built during the previous slice); the
-            // registers of the groups in flight are left alone.
-            if (!(kCarry && grp == 0)) {
-              slice_fragments_f16_part<kKeys>(ring[d], tables, table_offset, grp * kGroupSteps / 2, kGroupSteps / 2,
-                                              frag);
+          for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+              best[nt][j] = nvfp4::fmax_nan(best[nt][j], nvfp4::fmax_nan(acc[4 * nt + j], acc[4 * nt + 2 + j]));
+        } else {
+          const int key = page * C::kPage + 64 * half + 16 * warp + g;  // position of key g (key g + 8: +8)
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              if (key <= pos[nt][j]) best[nt][j] = nvfp4::fmax_nan(best[nt][j], acc[4 * nt + j]);
+              if (key + 8 <= pos[nt][j]) best[nt][j] = nvfp4::fmax_nan(best[nt][j], acc[4 * nt + 2 + j]);
             }
-            if (grp == 0) {
-              if (s0 + d == 0) MSA_TRACE(0, 4);
-              if (s0 + d == trigger_step) msa::cuda::allow_dependent_launch();
-            }
-            // Fragments complete before the wgmma fence (else ptxas inserts a warpgroup arrive per k-step).
+        }
+        if (half == C::kSlices - 1) {  // page done: the 32 partial maxima of each row meet in shared memory
+          float(&slot)[32][kPitch] = partial_max[page & 1];
 #pragma unroll
-            for (int s = grp * kGroupSteps; s < (grp + 1) * kGroupSteps; ++s)
-#pragma unroll
-              for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(frag[s][i]));
-            if (grp == 0) msa::cuda::wgmma_fence_operands(acc);  // between the groups acc stays with the wgmmas
-            msa::cuda::wgmma_fence();
-#pragma unroll
-            for (int s = grp * kGroupSteps; s < (grp + 1) * kGroupSteps; ++s)
-              msa::cuda::wgmma_m64k16<kN, false, false>(acc, frag[s], desc0 + 16 * s, s > 0);
-            msa::cuda::wgmma_commit();
+          for (int nt = 0; nt < kNTiles; ++nt) {
+            *reinterpret_cast<float2*>(&slot[8 * warp + g][8 * nt + 2 * quad]) = make_float2(best[nt][0], best[nt][1]);
+            best[nt][0] = best[nt][1] = -INFINITY;
           }
-          issue(s0 + d + kDepth, half, ring[d]);  // the next loads' address work overlaps the wgmma
-          if constexpr (kCarry) {
-            // The first group is done: its registers take the next slice's first group (ring slot d + 1 was
-            // loaded kDepth - 1 slices ago; past the last slice the stale slot decodes to values never used).
-            msa::cuda::wgmma_wait<1>();
-            const SliceFetch<kKeys>& next = ring[(d + 1) % kDepth];
-            uint32_t table_offset[2][2];
-            slice_table_offsets<kKeys>(next, table_offset);
-            slice_fragments_f16_part<kKeys>(next, tables, table_offset, 0, 2, carried);
+          __syncthreads();  // double-buffered by page parity: one barrier per page
+          // Thread t combines row t / kRowThreads: partials t % kRowThreads + kRowThreads k, then a shuffle.
+          float v = slot[combine_sub][combine_row];
+#pragma unroll
+          for (int k = 1; k < 32 / kRowThreads; ++k)
+            v = nvfp4::fmax_nan(v, slot[combine_sub + kRowThreads * k][combine_row]);
+#pragma unroll
+          for (int m = 1; m < kRowThreads; m *= 2) v = nvfp4::fmax_nan(v, __shfl_xor_sync(0xFFFFFFFFu, v, m));
+          if (out_row != nullptr) {
+            // Not visible (padding row, or past the row's local page): -inf; visible, bad id: NaN.
+            out_row[page] = out_pos < page * C::kPage ? -INFINITY : (unit_pages[page - p_begin] >= 0 ? v : NAN);
           }
-          msa::cuda::wgmma_wait<0>();
-          msa::cuda::wgmma_fence_operands(acc);
-          slice_max(page, half, acc);
+          if (page == p_begin) MSA_TRACE(0, 5);
         }
       }
     }
