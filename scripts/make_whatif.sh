@@ -9,6 +9,8 @@
 #   nomma     no wgmma: each slice's fragments are XOR-folded into the accumulators (32 LOP3 per slice), the
 #             fences, commits and waits stay
 #   loadonly  nodecode + nomma: the loads, the ring, the per-slice max and the per-page combine and store only
+#   fp8mma    nof2fp, and the 32-row NVFP4 kernel's 8 fp16 wgmma m64n32k16 per slice become 4 E4M3 m64n32k32 on
+#             the E4M3 bytes (no widening, half the tensor instructions): the speed of an FP8-MMA score pass
 set -euo pipefail
 cd "$(dirname "$0")/.."
 variants=("$@")
@@ -46,11 +48,37 @@ nomma = """#pragma unroll
 wgmma = "csrc/cuda/index/index_wgmma_kernels.cuh"
 for v in sys.argv[1:]:
     root = f"whatif/{v}"
-    if v == "nof2fp":
+    if v in ("nof2fp", "fp8mma"):
         sub(f"{root}/{wgmma}", widen, """          a[2 * s][kk] = lo;  // WHATIF: no F2FP
           a[2 * s][kk + 2] = lo;
           a[2 * s + 1][kk] = hi;
           a[2 * s + 1][kk + 2] = hi;""")
+    if v == "fp8mma":
+        sub(f"{root}/{wgmma}", mma, """            if constexpr (kN == 32 && kKeys == KeyKind::kNvfp4) {  // WHATIF: E4M3 m64n32k32
+              if (s % 2 == 0) {
+                const uint32_t f8[4] = {frag[s][0], frag[s][1], frag[s + 1][0], frag[s + 1][1]};
+                msa::cuda::wgmma_m64n32k32_e4m3(acc, f8, desc0 + 8 * s, s > 0);
+              }
+            } else {
+              msa::cuda::wgmma_m64k16<kN, false, false>(acc, frag[s], desc0 + 16 * s, s > 0);
+            }""")
+        sub(f"{root}/csrc/cuda/common/wgmma.cuh", "#undef MSA_WGMMA_SHAPE\n", """// WHATIF: E4M3 m64n32k32, A from registers.
+__device__ __forceinline__ void wgmma_m64n32k32_e4m3(float (&d)[16], const uint32_t (&a)[4], uint64_t b_desc,
+                                                     int accumulate) {
+#if MSA_WGMMA
+  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %21, 0;\\n"
+               "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 " MSA_WGMMA_D16
+               ", {%16, %17, %18, %19}, %20, p, 1, 1;\\n}\\n"
+               : MSA_WGMMA_OUT16(d)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
+#else
+  (void)d, (void)a, (void)b_desc, (void)accumulate;
+  __trap();
+#endif
+}
+
+#undef MSA_WGMMA_SHAPE
+""")
     if v in ("nodecode", "loadonly"):
         sub(f"{root}/{wgmma}", widen, nodecode)
     if v in ("nomma", "loadonly"):
