@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "pipe_ops.cuh"
+
 namespace {
 
 constexpr int kChains = 8, kIters = 4096, kThreads = 512, kBlocksPerSm = 2;
@@ -38,36 +40,8 @@ MSA_COUNTS(Op::kLop3Hmma, 2)
 MSA_COUNTS(Op::kCvtMulHi, 2)
 #undef MSA_COUNTS
 
-__device__ __forceinline__ uint32_t cvt(uint32_t x) {
-  uint32_t out;
-  asm volatile("{.reg .b16 l, h; mov.b32 {l, h}, %1; cvt.rn.f16x2.e4m3x2 %0, l;}" : "=r"(out) : "r"(x));
-  return out;
-}
-__device__ __forceinline__ uint32_t prmt(uint32_t x, uint32_t y) {
-  uint32_t out;
-  asm volatile("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(x), "r"(y), "r"(x));
-  return out;
-}
-__device__ __forceinline__ uint32_t lop3(uint32_t x, uint32_t y) {
-  uint32_t out;
-  asm volatile("lop3.b32 %0, %1, %2, %3, 0x96;" : "=r"(out) : "r"(x), "r"(y), "r"(0x80808080u));
-  return out;
-}
-__device__ __forceinline__ uint32_t mulhi(uint32_t x, uint32_t y) {  // y in a register: a constant 2^k
-  uint32_t out;                                                    // multiplier would become a shift
-  asm volatile("mad.hi.u32 %0, %1, %2, %1;" : "=r"(out) : "r"(x), "r"(y));
-  return out;
-}
-__device__ __forceinline__ uint32_t hmul2(uint32_t x, uint32_t y) {
-  uint32_t out;
-  asm volatile("mul.rn.f16x2 %0, %1, %2;" : "=r"(out) : "r"(x), "r"(y));
-  return out;
-}
-__device__ __forceinline__ float ffma(float x, float y) {
-  float out;
-  asm volatile("fma.rn.f32 %0, %1, %2, %1;" : "=f"(out) : "f"(x), "f"(y));
-  return out;
-}
+using msa::bench::cvt, msa::bench::prmt, msa::bench::lop3, msa::bench::mulhi, msa::bench::hmul2, msa::bench::ffma;
+
 __device__ __forceinline__ void hmma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                "{%0,%1,%2,%3};"

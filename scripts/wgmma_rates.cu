@@ -17,6 +17,7 @@
 #include <cstdio>
 
 #include "cuda/common/wgmma.cuh"
+#include "pipe_ops.cuh"
 
 namespace {
 
@@ -27,34 +28,18 @@ constexpr int kIters = 2048;   // commit groups per CTA
 // 3 = 3 F2FP, 4 = 3 FFMA (FMA pipe), 5 = 3 HFMA2.
 template <int kOp>
 __device__ __forceinline__ uint32_t one_op(uint32_t x, uint32_t y) {
-  uint32_t o;
-  if constexpr (kOp == 1) {
-    asm volatile("lop3.b32 %0, %1, %2, %3, 0x96;" : "=r"(o) : "r"(x), "r"(y), "r"(0x80808080u));
-  } else if constexpr (kOp == 2) {
-    asm volatile("prmt.b32 %0, %1, %2, %3;" : "=r"(o) : "r"(x), "r"(y), "r"(0x80808080u));
-  } else if constexpr (kOp == 3) {
-    (void)y;  // an XOR with it would add a LOP3
-    asm volatile("{.reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.rn.f16x2.e4m3x2 %0, lo;}" : "=r"(o) : "r"(x));
-  } else if constexpr (kOp == 4) {
-    float f;
-    asm volatile("fma.rn.f32 %0, %1, %2, %1;" : "=f"(f) : "f"(__uint_as_float(x)), "f"(__uint_as_float(y)));
-    o = __float_as_uint(f);
-  } else {
-    asm volatile("fma.rn.f16x2 %0, %1, %2, %1;" : "=r"(o) : "r"(x), "r"(y));
-  }
-  return o;
+  using namespace msa::bench;
+  if constexpr (kOp == 1) return lop3(x, y);
+  if constexpr (kOp == 2) return prmt(x, y);
+  if constexpr (kOp == 3) return cvt(x);  // (y unused: an XOR with it would add a LOP3)
+  if constexpr (kOp == 4) return __float_as_uint(ffma(__uint_as_float(x), __uint_as_float(y)));
+  if constexpr (kOp == 5) return hfma2(x, y);
 }
-
-// The other work, 3 instructions per step: kOp 0 = PRMT + LOP3 + F2FP (the decode's mix), 1 = 3 LOP3, 2 = 3 PRMT,
-// 3 = 3 F2FP, 4 = 3 FFMA (FMA pipe), 5 = 3 HFMA2.
 template <int kOp>
 __device__ __forceinline__ uint32_t alu_step(uint32_t x, uint32_t y) {
   if constexpr (kOp == 0) {
-    uint32_t p, l, c;
-    asm volatile("prmt.b32 %0, %1, %2, %3;" : "=r"(p) : "r"(x), "r"(y), "r"(x));
-    asm volatile("lop3.b32 %0, %1, %2, %3, 0x96;" : "=r"(l) : "r"(p), "r"(y), "r"(0x80808080u));
-    asm volatile("{.reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.rn.f16x2.e4m3x2 %0, lo;}" : "=r"(c) : "r"(l));
-    return c ^ p;
+    const uint32_t p = msa::bench::prmt(x, y);
+    return msa::bench::cvt(msa::bench::lop3(p, y)) ^ p;
   } else {
     return one_op<kOp>(one_op<kOp>(one_op<kOp>(x, y), y), y);
   }
