@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# One device call of under 10 minutes (steps are cut at $DEADLINE s). Session 25's second plan: what-if builds of
-# the NVFP4 index score kernel (scripts/make_whatif.sh, untracked trees under whatif/: `nodecode` no decode,
-# `nomma` no wgmma, `loadonly` neither; results wrong, only the time counts) against HEAD, on the heavy NVFP4 H4
-# cases: which of the loads, the decode and the MMA chain sets the per-SM page rate.
+# One device call of under 10 minutes (steps are cut at $DEADLINE s). Session 27's plan: the sparse-decode rule
+# re-fit (NOTES "Next GPU session" items 2-3) on NVFP4 and E4M3 KV, Q = 8.
+#   PART=1: 64/4, the default rules against FP8 S forced (with and without 2 splits: 4 CTAs = 16 warps per SM
+#     instead of the 6-warp kernel's 12) and the union pass forced, on the cases the rules decide (one-wave B8 at
+#     large N, N 5000-10000 where tokens share pages).
+#   PART=2 (after the E4M3 re-fit): the rules' CUDA tests, 16/1 E4M3 at N 5000-10000 against the union pass and
+#     FP8 S turned off, then the full sparse suites (both geometries, three formats) under the new rules.
 # Logs and JSON under $OUT (./gpu-out when unset); a summary with exit codes prints last.
 # Rewrite it when the plan changes.
 set -uo pipefail
@@ -10,29 +13,36 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 MSA_CUDA_ARCHS=${MSA_CUDA_ARCHS:-9.0a}
-VARIANTS=${VARIANTS:-"nodecode nomma loadonly"}
 # shellcheck source=scripts/gpu_steps.sh
 source scripts/gpu_steps.sh
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/device.txt" 2>&1
-# All builds at once (three CUDA translation units each).
-for v in $VARIANTS; do
-  (cd "whatif/$v" && MAX_JOBS=3 MSA_BUILD_DIR=build timeout 400 python3 setup.py -q build_ext --inplace) \
-    > "$OUT/build_$v.log" 2>&1 &
-done
-if ! MAX_JOBS=4 step build bash scripts/install.sh; then tail -n 40 "$OUT/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
-wait
-for v in $VARIANTS; do
-  ls whatif/$v/msa_ops/_C*.so > /dev/null 2>&1 && summary+=("build_$v ok") || summary+=("build_$v FAILED")
-done
+if ! MAX_JOBS=16 step build bash scripts/install.sh; then tail -n 40 "$OUT/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
 
-args=(-v base)
-for v in $VARIANTS; do ls whatif/$v/msa_ops/_C*.so > /dev/null 2>&1 && args+=(-v "$v:@root=whatif/$v"); done
-step ab_index python3 bench/ab.py "${args[@]}" --repeat 1 --out "$OUT/ab" --json "$OUT/ab_index.json" -- \
-  bench/bench_index_decode.py --no-corner --keys nvfp4 --heads 4 \
-  --cases 8:100000,32:100000,8:200000,128:200000,8:50000,32:50000,8:10000,4:32000
+S=MSA_SPARSE_DECODE
+logs=()
+if [ "${PART:-1}" = 1 ]; then
+logs=(ab_nvfp4 ab_fp8)
+variants=(-v base -v fp8s:${S}_SPLIT_FP8S=1 -v fp8s2:${S}_SPLIT_FP8S=1,${S}_SPLITS=2 -v union:${S}_UNION=1)
+step ab_nvfp4 python3 bench/ab.py "${variants[@]}" --repeat 1 --out "$OUT/ab_nvfp4" --json "$OUT/ab_nvfp4.json" -- \
+  bench/bench_sparse_decode.py --no-sdpa --kv nvfp4 --geometry 64/4 \
+  --cases 8:100000,8:200000,8:50000,32:5000,64:5000,128:5000,32:10000,64:10000,128:10000,4:32000
+step ab_fp8 python3 bench/ab.py -v base -v union:${S}_UNION=1 -v fp8s:${S}_SPLIT_FP8S=1 --repeat 1 \
+  --out "$OUT/ab_fp8" --json "$OUT/ab_fp8.json" -- \
+  bench/bench_sparse_decode.py --no-sdpa --kv fp8 --geometry 64/4 \
+  --cases 32:5000,64:5000,128:5000,32:10000,64:10000,128:10000
+else
+logs=(tests ab_fp8_16 suite)
+step tests python3 -m pytest tests/test_sparse_decode.py -q -p no:logging -k "rule or union or fp8s"
+step ab_fp8_16 python3 bench/ab.py -v base -v nounion:${S}_UNION=0 -v nofp8s:${S}_SPLIT_FP8S=0 --repeat 1 \
+  --out "$OUT/ab_fp8_16" --json "$OUT/ab_fp8_16.json" -- \
+  bench/bench_sparse_decode.py --no-sdpa --kv fp8 --geometry 16/1 \
+  --cases 32:5000,64:5000,128:5000,32:10000,64:10000,128:10000
+step suite python3 bench/bench_sparse_decode.py --no-sdpa --kv nvfp4,fp8,bf16 --geometry 64/4,16/1 \
+  --json "$OUT/sparse_suite.json"
+fi
 
 echo "==== device ===="; cat "$OUT/device.txt"
-[ -f "$OUT/ab_index.log" ] && { echo "==== ab_index ===="; tail -n 40 "$OUT/ab_index.log"; }
+for f in "${logs[@]}"; do [ -f "$OUT/$f.log" ] && { echo "==== $f ===="; tail -n 30 "$OUT/$f.log"; }; done
 echo "==== summary ===="
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"

@@ -346,14 +346,14 @@ def test_split_variants(device, kernel, kv_format, monkeypatch):
 @pytest.mark.parametrize("kv_format", ["nvfp4", "e4m3"])
 def test_split_fp8s_rule(device, kv_format, monkeypatch):
     # MSA_SPARSE_DECODE_SPLIT_FP8S=2 (the default) takes the split kernel's FP8 S from 512 (token, KV head, 16-head
-    # block) units for NVFP4, from 128 for E4M3 with a page table wider than Q x W pages (csrc/cuda/attention/
+    # block) units for NVFP4, from 128 for E4M3 with a page table wider than 64 pages (csrc/cuda/attention/
     # sparse_decode.cu, split_fp8s_pays): on each side of the thresholds the default's output must equal, bit for
     # bit, that of the knob forced to the side the rule picks (=1 / =0, the same split count), and all must match
     # the reference. The CPU op has no such choice: its run of the same cases is the twin.
     monkeypatch.setenv("MSA_SPARSE_DECODE_UNION", "0")
     # (units, page-table width or None for the longest request's, FP8 S expected); 16/1, Q = 8, W = 16
     sides = ([(496, None, False), (512, None, True)] if kv_format == "nvfp4" else
-             [(112, 129, False), (128, 129, True), (128, None, False)])
+             [(112, 129, False), (128, 65, True), (128, 64, False), (128, None, False)])
     gen = torch.Generator().manual_seed(5)
     for units, width, fp8s in sides:
         lens = torch.randint(129, 1200, (units // 8,), generator=gen).tolist()
