@@ -417,8 +417,8 @@ def sparse_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, topk: torch
     pass: each page of a request's rows is loaded and decoded once for all its Q <= 8 tokens, and 4 tokens share
     each warpgroup MMA. ``MSA_SPARSE_DECODE_UNION=2`` (default) picks it by a rule measured on the H200 (E4M3
     re-fit on an H100): Q = 8, enough (request, KV head) pairs to fill the GPU, and a ``page_table`` no wider than
-    16-128 pages depending on the KV format (the union's size, and its time, grow with the context; the per-token kernel's do not); ``=1``
-    whenever it can serve the call, ``=0`` never. Engines that keep a wide page table get the rule by passing the
+    16-128 pages depending on the KV format (the union's size, and its time, grow with the context; the per-token
+    kernel's do not); ``=1`` whenever it can serve the call, ``=0`` never. Engines that keep a wide page table get the rule by passing the
     table cut to the batch's longest request (``page_table[:, :max_pages_needed]``, a view). Both kernels give
     the same results within the tolerances below, not bit for bit.
 

@@ -91,9 +91,6 @@ int split_units(const SparseDecodeArgs& a) {
 // kFp8S: S by FP8 wgmma (split::sparse_decode_split_kernel): 1 waiting for it at once, 4 CTAs per SM for NVFP4
 // (<= 128 registers), 3 for E4M3 (its 4-stage ring); 2 leaving it in flight over the previous chunk's P V, 3 CTAs
 // per SM (the wgmma's operands stay live across it).
-// The widest page table (pages) for which union_pays sends NVFP4 / E4M3 KV to the union pass.
-constexpr int kUnionMaxPages = 64;
-
 template <KvKind kKv, bool kLean, bool kLazy, int kWarps = split::Cfg::kWarps, int kFp8S = 0>
 struct SplitPlan {
   using S = split::Shape<kKv, kLean, kWarps>;
@@ -147,11 +144,14 @@ LaunchStatus launch_split(const SparseDecodeArgs& a, cudaStream_t stream) {
 // B128 402.3 -> 486.6; B64 N10000, 98 pages: 238.4 in session 14 -> 249.0) the fp16-S kernel gains from the L2
 // hits and the FP8-S one, its warpgroup in lockstep at every wgmma wait, does not. Hence FP8 S from 512 (token, KV
 // head, 16-head block) units for NVFP4 (64/4 B16, 16/1 B64 at Q = 8) and from 128 for E4M3 (64/4 B4, 16/1 B16)
-// with a page table wider than one request's TopK slots (Q x W pages).
-// Re-fit on the H100 (session 27, 2026-12-07, 64/4 Q = 8, µs, default -> forced FP8 S): E4M3 N10000 (96-98 pages,
-// under Q x W) B32 159.1 -> 144.9, B64 296.1 -> 271.0, B128 560.8 -> 511.4, so the E4M3 page-table condition is now
-// "wider than the union pass's limit" (64 pages: the N5000 tables, 49 pages, go to the union pass, union_pays).
-// NVFP4 N5000-10000 forced: within 1.5 % either way (B32 N10000 131.4 -> 129.4, B128 469.7 -> 476.6): unchanged.
+// with a page table wider than one request's TopK slots (Q x W pages) until session 27. Re-fit on the H100 (session
+// 27, 2026-12-07, 64/4 Q = 8, µs, default -> forced FP8 S): E4M3 N10000 (96-98 pages, under Q x W) B32 159.1 ->
+// 144.9, B64 296.1 -> 271.0, B128 560.8 -> 511.4, so the E4M3 table must now only be wider than the union pass's
+// limit (kUnionMaxPages: the N5000 tables, 49 pages, go to the union pass). NVFP4 N5000-10000 forced: within 1.5 %
+// either way (B32 N10000 131.4 -> 129.4, B128 469.7 -> 476.6): unchanged.
+// The widest page table (pages) for which union_pays sends NVFP4 / E4M3 KV to the union pass.
+constexpr int kUnionMaxPages = 64;
+
 bool split_fp8s_pays(const SparseDecodeArgs& a, int units) {
   if (a.kv_kind == KvKind::kNvfp4) return units >= 512;
   return units >= 128 && a.max_pages > kUnionMaxPages;
@@ -201,7 +201,7 @@ bool union_pays(const SparseDecodeArgs& a) {
   const int unions = union_count(a);
   const int width = a.max_pages;
   switch (a.kv_kind) {
-    case KvKind::kNvfp4: return (unions >= 32 && width <= 16) || (unions >= 64 && width <= kUnionMaxPages);
+    case KvKind::kNvfp4:
     case KvKind::kE4M3: return (unions >= 32 && width <= 16) || (unions >= 64 && width <= kUnionMaxPages);
     default: return (unions >= 8 && width <= 16) || (unions >= 32 && width <= 64) || (unions >= 128 && width <= 128);
   }
