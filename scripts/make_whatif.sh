@@ -11,6 +11,13 @@
 #   loadonly  nodecode + nomma: the loads, the ring, the per-slice max and the per-page combine and store only
 #   fp8mma    nof2fp, and the 32-row NVFP4 kernel's 8 fp16 wgmma m64n32k16 per slice become 4 E4M3 m64n32k32 on
 #             the E4M3 bytes (no widening, half the tensor instructions): the speed of an FP8-MMA score pass
+#   sbase     (or any other name) HEAD as it is, e.g. a base build that ignores the working tree's changes
+# Sparse decode (the split kernel's plain loop, S = Q K^T by mma.sync fp16; run them with
+# MSA_SPARSE_DECODE_SPLIT_FP8S=0 so that every case takes that loop):
+#   snodecode the NVFP4 K and V code words go to the MMAs as they are (no table lookups, signs, pairing or widening)
+#   snomma    no mma.sync: S and O take an XOR fold of the fragments (one LOP3 per MMA), S is then squeezed into
+#             [0.5, 1) so that the softmax sees finite scores
+#   sloadonly snodecode + snomma: the loads, the ring, the softmax, the merges and the stores only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 variants=("$@")
@@ -90,5 +97,53 @@ __device__ __forceinline__ void wgmma_m64n32k32_e4m3(float (&d)[16], const uint3
             """  (void)w4;  // WHATIF: no signs
   out_lo = __byte_perm(lo, hi, w & 0x7777u);
   out_hi = __byte_perm(lo, hi, w_hi & 0x7777u);""")
+split = "csrc/cuda/attention/sparse_decode_split_kernels.cuh"
+kdecode = """      const uint2 t = table[s >> 1];
+      uint32_t lo, hi;
+      index::e2m1x8_to_e4m3x8(words[s], t.x, t.y, lo, hi);
+      kb[2 * s][0] = e4m3_lo_to_f16x2(lo), kb[2 * s][1] = e4m3_hi_to_f16x2(lo);
+      kb[2 * s + 1][0] = e4m3_lo_to_f16x2(hi), kb[2 * s + 1][1] = e4m3_hi_to_f16x2(hi);"""
+knodecode = """      (void)table;  // WHATIF: no decode
+      kb[2 * s][0] = kb[2 * s][1] = kb[2 * s + 1][0] = kb[2 * s + 1][1] = words[s];"""
+vdecode = """        index::e2m1x8_to_e4m3x8(c.x, t.x, t.y, e[k][0], e[k][1]);
+        index::e2m1x8_to_e4m3x8(c.y, t.x, t.y, e[k][2], e[k][3]);
+      }
+#pragma unroll
+      for (int w = 0; w < 4; ++w) pair_e4m3(e[0][w], e[1][w], vb, 4 * w, pair);"""
+vnodecode = """        (void)t;  // WHATIF: no decode
+        e[k][0] = e[k][1] = c.x, e[k][2] = e[k][3] = c.y;
+      }
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+#pragma unroll
+        for (int m = 0; m < 4; ++m) vb[4 * w + m][pair] = e[m & 1][w];
+      }"""
+smma = """        msa::cuda::mma_m16n8k16<kBF16>(s[n], qa[k], kb[k][0], kb[k][1]);
+        msa::cuda::mma_m16n8k16<kBF16>(s2, qa[k + 1], kb[k + 1][0], kb[k + 1][1]);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] += s2[e];"""
+snomma = """        // WHATIF: no mma.sync
+        s[n][k / 2] = __uint_as_float(__float_as_uint(s[n][k / 2]) ^ kb[k][0] ^ kb[k][1]);
+        s2[k / 2] = __uint_as_float(__float_as_uint(s2[k / 2]) ^ kb[k + 1][0] ^ kb[k + 1][1]);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = __uint_as_float(((__float_as_uint(s[n][e]) ^ __float_as_uint(s2[e])) & 0x007FFFFFu) | 0x3F000000u);
+      }"""
+pvmma = """    for (int j = 0; j < 16; ++j) msa::cuda::mma_m16n8k16<kBF16>(o[j], pa, vb[j][0], vb[j][1]);
+  }"""
+pvnomma = """    for (int j = 0; j < 16; ++j) {  // WHATIF: no mma.sync
+      o[j][j & 3] = __uint_as_float(__float_as_uint(o[j][j & 3]) ^ vb[j][0] ^ vb[j][1] ^ (j < 4 ? pa[j] : 0u));
+    }
+  }"""
+for v in sys.argv[1:]:
+    root = f"whatif/{v}"
+    if v in ("snodecode", "sloadonly"):
+        sub(f"{root}/{split}", kdecode, knodecode)
+        sub(f"{root}/{split}", vdecode, vnodecode)
+    if v in ("snomma", "sloadonly"):
+        sub(f"{root}/{split}", smma, snomma)
+        sub(f"{root}/{split}", pvmma, pvnomma)
 PYEOF
 echo "whatif/: $(ls whatif)"
