@@ -60,14 +60,16 @@ wi wi_6w1s_16 6 1 $C --kv nvfp4 --geometry 16/1 --cases 32:100000
 else
 if ! MAX_JOBS=16 step build bash scripts/install.sh; then tail -n 40 "$OUT/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
 logs=(tests_select ab_select suite_sparse suite_index)
-step tests_select python3 -m pytest tests/test_index_decode.py -q -p no:logging -k "select or long_context or knob"
+step tests_select python3 -m pytest tests/test_index_decode.py -q -p no:logging -k "select or long_context"
 step ab_select python3 bench/ab.py -v base -v nosplit:MSA_INDEX_SELECT_SPLIT=0 -v split:MSA_INDEX_SELECT_SPLIT=1 \
   --repeat 1 --out "$OUT/ab_select" --json "$OUT/ab_select.json" -- \
   bench/bench_index_decode.py --no-corner --keys nvfp4 --heads 4 \
   --cases 8:100000,8:200000,8:50000,32:100000,32:200000,128:200000,4:32000,4:8000,1:32000
+if [ -n "${SUITES:-}" ]; then
 step suite_sparse python3 bench/bench_sparse_decode.py --no-sdpa --kv nvfp4,fp8,bf16 --geometry 64/4,16/1 \
   --json "$OUT/sparse_suite.json"
 step suite_index python3 bench/bench_index_decode.py --no-corner --json "$OUT/index_suite.json"
+fi
 fi
 
 echo "==== device ===="; cat "$OUT/device.txt"

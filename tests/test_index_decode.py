@@ -284,6 +284,52 @@ def test_topk_select_ties_and_specials(device, topk, init_blocks, local_blocks):
     assert_topk_contract(out, scores, positions, topk, init_blocks, local_blocks, tie_rtol=0.0)
 
 
+def _long_row_scores(heads, tokens, max_pages, seed, device):
+    """Rows of seven kinds, by token: exact ties and specials (_tied_scores), all equal, all NaN or -inf, 0 with a
+    rare 1 (one page in 256: the threshold mostly falls among the tied zeros), distinct, increasing and decreasing
+    with the page id (the best pages at one end, in the first or last quarter of a row split over 4 warps). Head 1
+    holds the negated scores (+inf where head 0 has -inf)."""
+    g = torch.Generator().manual_seed(seed)
+    pages = torch.arange(max_pages, dtype=torch.float32)
+    kinds = [
+        _tied_scores(1, 1, max_pages, seed, "cpu")[0, 0],
+        torch.full((max_pages,), 0.5),
+        torch.where(torch.rand(max_pages, generator=g) < 0.5, math.nan, -math.inf),
+        (torch.rand(max_pages, generator=g) < 1 / 256).float(),
+        torch.randn(max_pages, generator=g),
+        pages,
+        -pages,
+    ]
+    rows = torch.stack([kinds[t % len(kinds)] for t in range(tokens)])
+    return torch.stack([rows, -rows][:heads]).to(device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("max_pages", [258, 782, 1563, 2049, 3000, 8192])
+@pytest.mark.parametrize("topk,init_blocks,local_blocks", [(16, 0, 1), (16, 2, 3), (8, 0, 1), (32, 2, 2), (64, 3, 1)])
+def test_topk_select_long_rows(device, max_pages, topk, init_blocks, local_blocks):
+    # Rows of more than 256 candidates: with knob MSA_INDEX_SELECT_SPLIT=1 (or 2 and <= 2048 rows; default 0, off)
+    # the CUDA op splits each over the 4 warps of a CTA (quarters of ceil((max_pages - 1) / 4) rounded up to 32:
+    # 258 pages leave the last quarter empty, and a quarter of no more than `history` candidates picks all of
+    # them), else one warp (or one CTA past
+    # 2048 candidates) per row. History 7 / 11 / 15 merge the quarters' picks in one step, 28 / 60 in the warp's
+    # steps over 8 registers a lane. Positions: padding, every page fits, the first rows with a choice, short rows
+    # (some quarters empty) and rows up to the full width.
+    heads, tokens = 2, 28
+    scores = _long_row_scores(heads, tokens, max_pages, seed=max_pages + topk + init_blocks, device=device)
+    g = torch.Generator().manual_seed(max_pages)
+    positions = torch.randint(max_pages * 96, max_pages * 128, (tokens,), generator=g, dtype=torch.int32)
+    positions[4:10] = torch.randint(0, max_pages * 128, (6,), generator=g, dtype=torch.int32)
+    positions[:4] = torch.tensor([-5, topk * 128 - 1, topk * 128 + 5, max_pages // 3 * 128 + 7], dtype=torch.int32)
+    positions[-7:] = max_pages * 128 - 1  # the widest row, once per kind
+    positions = positions.to(device)
+    out = poison_topk(heads, tokens, topk, device)
+    msa_ops.topk_select(scores, positions, topk=topk, init_blocks=init_blocks, local_blocks=local_blocks, out=out)
+    expected = R.topk_select_reference(scores.cpu(), positions.cpu(), topk, init_blocks, local_blocks)
+    assert_topk_equal(out, expected, topk, init_blocks, local_blocks, positions, what=f"long rows, {max_pages} pages")
+    assert_topk_contract(out, scores, positions, topk, init_blocks, local_blocks, tie_rtol=0.0)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_topk_select_views_and_index_decode_agree(device):
     case = make_index_decode_case([5000, 2100, 3, 129], q_len=4, heads=2, key_format="e4m3", seed=51, device=device)
@@ -549,10 +595,11 @@ def test_cuda_out_of_range_page_ids(key_format):
                                           ("MSA_INDEX_FLAT_BALANCE", "0"), ("MSA_INDEX_SELECT_TRIGGER", "1"),
                                           ("MSA_INDEX_SCORE_TRIGGER", "0"), ("MSA_INDEX_WGMMA_GROUPS", "2"),
                                           ("MSA_INDEX_WGMMA_GROUPS", "4"), ("MSA_INDEX_WGMMA_CARRY", "1"),
-                                          ("MSA_INDEX_WGMMA_CTAS", "5")],
+                                          ("MSA_INDEX_WGMMA_CTAS", "5"), ("MSA_INDEX_SELECT_SPLIT", "1"),
+                                          ("MSA_INDEX_SELECT_SPLIT", "0")],
                          ids=["mma-sync", "64-pages-per-cta", "no-pdl", "no-flat-grid", "flat-runs-4",
                               "flat-even-runs", "select-trigger", "score-trigger-end", "wgmma-groups-2",
-                              "wgmma-groups-4", "wgmma-carry", "wgmma-5-ctas"])
+                              "wgmma-groups-4", "wgmma-carry", "wgmma-5-ctas", "select-split", "select-no-split"])
 def test_cuda_score_kernel_knob(knob, choice):
     # MSA_INDEX_SCORES=1 forces the mma.sync score kernel (the path of non-Hopper GPUs) on any GPU;
     # MSA_INDEX_PAGES_PER_CTA=64 the longest runs per CTA of the Hopper kernel (odd page counts per run, runs
@@ -564,10 +611,12 @@ def test_cuda_score_kernel_knob(knob, choice):
     # their runs (the default: one page before their end); MSA_INDEX_WGMMA_GROUPS=2 / 4 the Hopper score kernel
     # issuing each slice's k16-steps in 2 / 4 commit groups, each decoded while the previous one runs;
     # MSA_INDEX_WGMMA_CARRY=1 2 groups with the next slice's first group decoded before the last wait;
-    # MSA_INDEX_WGMMA_CTAS=5 the NVFP4 kernels of <= 32 rows at 5 CTAs per SM (2 slices of loads in flight). Knobs
-    # are read once per process, so the CUDA score cases rerun in a subprocess.
+    # MSA_INDEX_WGMMA_CTAS=5 the NVFP4 kernels of <= 32 rows at 5 CTAs per SM (2 slices of loads in flight);
+    # MSA_INDEX_SELECT_SPLIT=1 / 0 every row of more than 256 candidates split over the 4 warps of a CTA / never (the
+    # topk_select and long-context cases run under them too). Knobs are read once per process, so the CUDA score
+    # cases rerun in a subprocess.
     selection = ("cuda and (lengths or query_lengths or page_layouts or padding or nan_keys or strided or uneven or "
-                 "graph_replay or out_of_range)")
+                 "graph_replay or out_of_range or topk_select or long_context)")
     result = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:logging", "-k", selection],
                             env={**os.environ, knob: choice}, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]

@@ -9,8 +9,9 @@
 // Select: the K-th largest history score of a (head, token) row is found over order-preserving integer keys;
 // pages above it, then the lowest-id pages equal to it, are written. Exact, deterministic, ties to the lower
 // page id, NaN ranked as -inf. Rows of up to 2048 candidates take one warp each (keys in registers, a cheap
-// lower bound from per-lane maxima, then an exact rank over the few keys above it); longer rows take one CTA
-// each (bitwise search with block-wide counts).
+// lower bound from per-lane maxima, then an exact rank over the few keys above it); rows of more than 256, when
+// there are few of them, take the 4 warps of a CTA each (a quarter per warp, then a merge of the quarters' picks);
+// other rows of more than 2048 take one CTA each (bitwise search with block-wide counts).
 #pragma once
 
 #include <cfloat>
@@ -238,7 +239,8 @@ __device__ __forceinline__ int block_sum(int value, int* warp_sums) {
   return total;
 }
 
-// Rows longer than the warp kernel holds (up to 8192 candidates): one CTA each.
+// Rows longer than the warp kernel holds (up to 8192 candidates) that the split kernel does not take
+// (launch_select): one CTA each.
 __global__ void __launch_bounds__(SelectConfig::kThreads) topk_select_kernel(const SelectArgs a) {
   msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
   constexpr int kPerThread = SelectConfig::kMaxPerThread;
@@ -342,6 +344,10 @@ __global__ void __launch_bounds__(SelectConfig::kThreads) topk_select_kernel(con
 //    threshold is their history-th largest, found by counting, for each kept key, the kept keys above it.
 // 3. Otherwise (or more than kCap kept keys): a bitwise search over all keys from the highest bit where bound
 //    and the largest key differ, then an ordered write-out by ballots.
+// The steps are warp helpers over a set of slots in registers (slot l + 32 j in lane l's register j, slot order
+// = id order), shared with topk_select_split_kernel below: `steps` = registers holding a slot in some lane,
+// `id_of(j)` = the id of this lane's register j, `emit(position, key, id)` = a chosen slot, `position` = `first` +
+// its rank in id order among the chosen ones.
 struct WarpSelectConfig {
   static constexpr int kWarps = 4;  // rows per CTA
   static constexpr int kThreads = 32 * kWarps;
@@ -356,6 +362,199 @@ __device__ __forceinline__ uint32_t rank_key_fast(float s) {
   return bits ^ (static_cast<uint32_t>(static_cast<int32_t>(bits) >> 31) | 0x80000000u);
 }
 
+// Keys of the (masked) scores, and this lane's maxima over its even and its odd registers (for the bound).
+template <int kPerLane>
+__device__ __forceinline__ void warp_rank_keys(const float (&raw)[kPerLane], uint32_t (&keys)[kPerLane],
+                                               uint32_t& max_even, uint32_t& max_odd) {
+  max_even = 0u;
+  max_odd = 0u;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    keys[j] = rank_key_fast(raw[j]);
+    if (j & 1) {
+      max_odd = max(max_odd, keys[j]);
+    } else {
+      max_even = max(max_even, keys[j]);
+    }
+  }
+}
+
+// Step 1. The history-th largest of a set = its smallest member with fewer than `history` members above it.
+__device__ __forceinline__ uint32_t warp_select_bound(uint32_t max_even, uint32_t max_odd, int history) {
+  constexpr uint32_t kAll = 0xFFFFFFFFu;
+  if (history <= 16) {
+    const uint32_t v = max(max_even, max_odd);
+    int above = 0;
+#pragma unroll
+    for (int s = 0; s < 32; ++s) above += __shfl_sync(kAll, v, s) > v;
+    return __reduce_min_sync(kAll, above < history ? v : kAll);
+  }
+  int above_even = 0, above_odd = 0;
+#pragma unroll
+  for (int s = 0; s < 32; ++s) {
+    const uint32_t e = __shfl_sync(kAll, max_even, s), o = __shfl_sync(kAll, max_odd, s);
+    above_even += (e > max_even) + (o > max_even);
+    above_odd += (e > max_odd) + (o > max_odd);
+  }
+  return __reduce_min_sync(kAll, min(above_even < history ? max_even : kAll, above_odd < history ? max_odd : kAll));
+}
+
+// Step 2a: the keys >= bound, in id order, into kept (keys [0, kCap), ids [kCap, 2 kCap); unused key slots 0).
+// Returns how many there were (only the first kCap are kept).
+template <int kPerLane, class IdOf>
+__device__ __forceinline__ int warp_keep_above(const uint32_t (&keys)[kPerLane], int steps, uint32_t bound,
+                                               int lane, uint32_t lanes_below, IdOf id_of, uint32_t* kept) {
+  using C = WarpSelectConfig;
+  constexpr uint32_t kAll = 0xFFFFFFFFu;
+  kept[lane] = 0u;  // unused slots rank below every kept key
+  kept[lane + 32] = 0u;
+  __syncwarp();
+  int count = 0;
+#pragma unroll
+  for (int c = 0; c < kPerLane / C::kChunk; ++c) {
+    if (c * C::kChunk >= steps) break;
+#pragma unroll
+    for (int i = 0; i < C::kChunk; ++i) {
+      const int j = c * C::kChunk + i;
+      const bool hit = keys[j] >= bound;
+      const uint32_t hits = __ballot_sync(kAll, hit);
+      if (hits != 0u) {
+        const int slot = count + __popc(hits & lanes_below);
+        if (hit && slot < C::kCap) {
+          kept[slot] = keys[j];
+          kept[C::kCap + slot] = id_of(j);
+        }
+        count += __popc(hits);
+      }
+    }
+  }
+  return count;
+}
+
+// Step 2b: the top `history` of the first `count` <= kCap slots in shared memory (keys, ids; slot order = id order),
+// at least `history` of them holding candidates' keys (all > 0) and the rest 0; the slots from `count` up to a
+// multiple of 4 hold 0 too. kTrace: the warp kernel's trace points 5 and 7 (also those of the split kernel's merge).
+template <bool kTrace, class Emit>
+__device__ __forceinline__ void warp_take_kept(const uint32_t* kept_keys, const uint32_t* kept_ids, int count,
+                                               int history, int lane, uint32_t lanes_below, int first,
+                                               Emit emit) {
+  constexpr uint32_t kAll = 0xFFFFFFFFu;
+  __syncwarp();
+  // This lane's kept slots: lane and lane + 32. Count the kept keys above each.
+  const uint32_t key0 = kept_keys[lane], key1 = kept_keys[lane + 32];
+  int above0 = 0, above1 = 0;
+  const int count4 = (count + 3) & ~3;  // slots past `count` hold 0
+  if (count <= 32) {
+#pragma unroll 4
+    for (int i = 0; i < count4; i += 4) {
+      const uint4 q = *reinterpret_cast<const uint4*>(kept_keys + i);
+      above0 += (q.x > key0) + (q.y > key0) + (q.z > key0) + (q.w > key0);
+    }
+  } else {
+#pragma unroll 2
+    for (int i = 0; i < count4; i += 4) {
+      const uint4 q = *reinterpret_cast<const uint4*>(kept_keys + i);
+      above0 += (q.x > key0) + (q.y > key0) + (q.z > key0) + (q.w > key0);
+      above1 += (q.x > key1) + (q.y > key1) + (q.z > key1) + (q.w > key1);
+    }
+  }
+  const bool valid0 = lane < count, valid1 = lane + 32 < count;
+  const uint32_t threshold = __reduce_min_sync(
+      kAll, min(valid0 && above0 < history ? key0 : kAll, valid1 && above1 < history ? key1 : kAll));
+  // Kept keys above the threshold, then the first equal ones (slot order = id order); out in id order.
+  const bool gt0 = valid0 && key0 > threshold, gt1 = valid1 && key1 > threshold;
+  const bool eq0 = valid0 && key0 == threshold, eq1 = valid1 && key1 == threshold;
+  const uint32_t eqs0 = __ballot_sync(kAll, eq0), eqs1 = __ballot_sync(kAll, eq1);
+  const int quota = history - __popc(__ballot_sync(kAll, gt0)) - __popc(__ballot_sync(kAll, gt1));
+  const bool take0 = gt0 || (eq0 && __popc(eqs0 & lanes_below) < quota);
+  const bool take1 = gt1 || (eq1 && __popc(eqs0) + __popc(eqs1 & lanes_below) < quota);
+  const uint32_t takes0 = __ballot_sync(kAll, take0), takes1 = __ballot_sync(kAll, take1);
+  if constexpr (kTrace) MSA_TRACE(1, 5);
+  if (take0) {
+    const uint32_t id = kept_ids[lane];
+    emit(first + __popc(takes0 & lanes_below), key0, id);
+  }
+  if (take1) {
+    const uint32_t id = kept_ids[lane + 32];
+    emit(first + __popc(takes0) + __popc(takes1 & lanes_below), key1, id);
+  }
+  if constexpr (kTrace) MSA_TRACE(1, 7);
+}
+
+// Step 3. The threshold lies in [bound, top] and shares their common high bits; search the rest, then take the
+// keys above it and the first equal ones in id order. `lane_max`: this lane's largest key.
+template <int kPerLane, class IdOf, class Emit>
+__device__ __forceinline__ void warp_take_bitwise(const uint32_t (&keys)[kPerLane], int steps, uint32_t bound,
+                                                  uint32_t lane_max, int history, uint32_t lanes_below, int first,
+                                                  IdOf id_of, Emit emit) {
+  using C = WarpSelectConfig;
+  constexpr uint32_t kAll = 0xFFFFFFFFu;
+  const uint32_t top = __reduce_max_sync(kAll, lane_max);
+  uint32_t threshold = bound;
+  if (bound != top) {
+    const int high = 31 - __clz(bound ^ top);
+    threshold = bound & ~(kAll >> (31 - high));
+#pragma unroll 1
+    for (int bit = high; bit >= 0; --bit) {
+      const uint32_t trial = threshold | (1u << bit);
+      int count = 0;
+#pragma unroll
+      for (int c = 0; c < kPerLane / C::kChunk; ++c) {
+        if (c * C::kChunk >= steps) break;
+#pragma unroll
+        for (int i = 0; i < C::kChunk; ++i) count += keys[c * C::kChunk + i] >= trial;
+      }
+      if (static_cast<int>(__reduce_add_sync(kAll, count)) >= history) threshold = trial;
+    }
+  }
+  int above = 0;
+#pragma unroll
+  for (int c = 0; c < kPerLane / C::kChunk; ++c) {
+    if (c * C::kChunk >= steps) break;
+#pragma unroll
+    for (int i = 0; i < C::kChunk; ++i) above += keys[c * C::kChunk + i] > threshold;
+  }
+  int quota = history - static_cast<int>(__reduce_add_sync(kAll, above));  // equal keys still to take
+  int slot = first;
+#pragma unroll
+  for (int c = 0; c < kPerLane / C::kChunk; ++c) {
+    if (c * C::kChunk >= steps) break;
+#pragma unroll
+    for (int i = 0; i < C::kChunk; ++i) {
+      const int j = c * C::kChunk + i;
+      const bool eq = keys[j] == threshold;
+      const uint32_t eqs = __ballot_sync(kAll, eq);
+      const bool take = keys[j] > threshold || (eq && __popc(eqs & lanes_below) < quota);
+      const uint32_t takes = __ballot_sync(kAll, take);
+      if (take) {
+        const uint32_t id = id_of(j);
+        emit(slot + __popc(takes & lanes_below), keys[j], id);
+      }
+      slot += __popc(takes);
+      quota -= __popc(eqs);
+    }
+  }
+}
+
+// Steps 1-3: the top `history` of the warp's slots, emitted in id order. At least `history` slots must rank above
+// every padding slot (the key of -inf or 0, ids after every slot's), so that none is emitted. `kept`: this warp's
+// 2 kCap words of shared memory.
+template <int kPerLane, bool kTrace, class IdOf, class Emit>
+__device__ __forceinline__ void warp_select(const uint32_t (&keys)[kPerLane], uint32_t max_even, uint32_t max_odd,
+                                            int steps, int history, int lane, uint32_t lanes_below, uint32_t* kept,
+                                            int first, IdOf id_of, Emit emit) {
+  const uint32_t bound = warp_select_bound(max_even, max_odd, history);
+  if constexpr (kTrace) MSA_TRACE(1, 4);
+  if (history <= 32) {
+    const int count = warp_keep_above<kPerLane>(keys, steps, bound, lane, lanes_below, id_of, kept);
+    if (count <= WarpSelectConfig::kCap) {
+      warp_take_kept<kTrace>(kept, kept + WarpSelectConfig::kCap, count, history, lane, lanes_below, first, emit);
+      return;
+    }
+  }
+  warp_take_bitwise<kPerLane>(keys, steps, bound, max(max_even, max_odd), history, lanes_below, first, id_of, emit);
+}
+
 template <int kPerLane>
 __global__ void __launch_bounds__(WarpSelectConfig::kThreads) topk_select_warp_kernel(const SelectArgs a) {
   MSA_TRACE(1, 0);
@@ -366,7 +565,6 @@ __global__ void __launch_bounds__(WarpSelectConfig::kThreads) topk_select_warp_k
   MSA_TRACE(1, 1);
   using C = WarpSelectConfig;
   static_assert(kPerLane % C::kChunk == 0 && kPerLane <= C::kMaxPerLane, "registers per lane");
-  constexpr uint32_t kAll = 0xFFFFFFFFu;
   __shared__ __align__(16) uint32_t kept_all[C::kWarps][2 * C::kCap];  // per warp: kCap keys, then their ids
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int row = blockIdx.x * C::kWarps + warp;
@@ -407,148 +605,140 @@ __global__ void __launch_bounds__(WarpSelectConfig::kThreads) topk_select_warp_k
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) raw[j] = lane + 32 * j < candidates ? raw[j] : -INFINITY;
   uint32_t keys[kPerLane];
-  uint32_t max_even = 0u, max_odd = 0u;
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    keys[j] = rank_key_fast(raw[j]);
-    if (j & 1) {
-      max_odd = max(max_odd, keys[j]);
-    } else {
-      max_even = max(max_even, keys[j]);
-    }
-  }
+  uint32_t max_even, max_odd;
+  warp_rank_keys<kPerLane>(raw, keys, max_even, max_odd);
   const uint32_t lanes_below = (1u << lane) - 1u;
   MSA_TRACE(1, 3);
+  warp_select<kPerLane, true>(
+      keys, max_even, max_odd, steps, history, lane, lanes_below, kept_all[warp], a.init_blocks,
+      [&](int j) { return static_cast<uint32_t>(a.init_blocks + lane + 32 * j); },
+      [&](int position, uint32_t, uint32_t id) { out[position * a.out_stride_k] = static_cast<int32_t>(id); });
+}
 
-  // The history-th largest of a set = its smallest member with fewer than `history` members above it.
-  uint32_t bound;
-  if (history <= 16) {
-    const uint32_t v = max(max_even, max_odd);
-    int above = 0;
+// ---- select, one CTA of 4 warps per row ------------------------------------------------------------------
+//
+// Few long rows (256 rows of 781 candidates at B8 N100K: 64 CTAs of the warp kernel on 132 SMs, ~3 us of a ~35 us
+// call) leave most SMs idle while each warp walks its row's registers; here the 4 warps of a CTA share one row.
+// Warp w takes the quarter [w q, (w + 1) q) of the candidates, q = ceil((max_pages - 1) / 4) rounded up to a
+// multiple of 32 (from the launch's width, not the row's, so that every score load is issued before the position
+// is known, as in the warp kernel), lane l holding candidates w q + l + 32 j, and finds the top `history` of its
+// quarter with the warp steps above (same order: higher key, then lower id). Every member of the row's top-h set
+// is in its own quarter's top-h set: fewer than h candidates of the row rank above it, so fewer than h of its
+// quarter do. So the row's top h are the top h of the quarters' picks. A quarter of at most h candidates (the
+// row's last one, or one past its end: none) picks all of them; a longer one has more than h candidates ranking
+// above its padding, so padding is never picked.
+// Warp w writes its picks in id order to slots [w h, w h + h) of shared memory (slots it leaves empty: key 0, below
+// every candidate's key), so slot order = id order over the picks. After one barrier warp 0 takes the top h of the
+// 4 h slots (at least h of them picks): history <= 16, step 2b over <= 64 slots (two per lane); otherwise steps 1-3
+// over 8 registers per lane. It writes them to `out` in id order, as the warp kernel does.
+// Trace points: 0-3 as the warp kernel's (warp 0's quarter), 4 = every quarter's picks in shared memory, 5 / 7 as
+// the warp kernel's (the merge; 5 only when history <= 16).
+struct SplitSelectConfig {
+  static constexpr int kWarps = 4;  // quarters of one row
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kMaxHistory = 63;  // topk <= 64, local_blocks >= 1
+  static constexpr int kMaxPicks = 256;   // >= kWarps * kMaxHistory: 8 registers per lane in the merge
+  static constexpr int kMergePerLane = kMaxPicks / 32;
+};
+
+template <int kPerLane>
+__global__ void __launch_bounds__(SplitSelectConfig::kThreads) topk_select_split_kernel(const SelectArgs a) {
+  MSA_TRACE(1, 0);
+  msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
+  if (a.trigger_early) msa::cuda::allow_dependent_launch();  // as in the warp kernel (launch_select)
+  MSA_TRACE(1, 1);
+  using C = SplitSelectConfig;
+  using W = WarpSelectConfig;
+  static_assert(kPerLane % W::kChunk == 0 && kPerLane <= W::kMaxPerLane, "registers per lane");
+  static_assert(C::kMergePerLane % W::kChunk == 0 && C::kMaxPicks >= C::kWarps * C::kMaxHistory, "merge slots");
+  static_assert(C::kThreads == W::kThreads, "launch_select launches both kernels alike");
+  __shared__ __align__(16) uint32_t kept_all[C::kWarps][2 * W::kCap];  // per warp: kCap keys, then their ids
+  __shared__ __align__(16) uint32_t picks[2 * C::kMaxPicks];            // keys [0, kMaxPicks), then their ids
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int row = blockIdx.x;  // grid = rows: the row, and every early return below, is CTA-uniform
+  const int h = row / a.tokens, t = row % a.tokens;
+  const int quarter = ((a.max_pages - 1 + C::kWarps - 1) / C::kWarps + 31) & ~31;  // <= 32 * kPerLane
+  const int base = warp * quarter;  // this quarter's first candidate, counted from init_blocks
+  const float* lane_scores =
+      a.scores + h * a.scores_stride_h + int64_t(t) * a.scores_stride_t + a.init_blocks + base + lane;
+  float raw[kPerLane];  // loaded before the position is known, as in the warp kernel
 #pragma unroll
-    for (int s = 0; s < 32; ++s) above += __shfl_sync(kAll, v, s) > v;
-    bound = __reduce_min_sync(kAll, above < history ? v : kAll);
-  } else {
-    int above_even = 0, above_odd = 0;
-#pragma unroll
-    for (int s = 0; s < 32; ++s) {
-      const uint32_t e = __shfl_sync(kAll, max_even, s), o = __shfl_sync(kAll, max_odd, s);
-      above_even += (e > max_even) + (o > max_even);
-      above_odd += (e > max_odd) + (o > max_odd);
+  for (int j = 0; j < kPerLane; ++j) {
+    raw[j] = -INFINITY;
+    if (a.scores != nullptr && lane + 32 * j < quarter && base + lane + 32 * j < a.max_pages - a.init_blocks) {
+      raw[j] = lane_scores[32 * j];
     }
-    bound = __reduce_min_sync(kAll, min(above_even < history ? max_even : kAll, above_odd < history ? max_odd : kAll));
   }
+  const int pos = a.positions != nullptr ? a.positions[t] : a.seq_lens[t / a.q_len] - a.q_len + t % a.q_len;
+  int32_t* out = a.out + h * a.out_stride_h + int64_t(t) * a.out_stride_t;
+  const int local = pos >= 0 ? pos / 128 : -1;
+  MSA_TRACE(1, 2);
 
+  // Same row layout as topk_select_kernel: padding / every page fits, init pages, local window.
+  if (pos < 0 || local >= a.max_pages || local + 1 <= a.topk) {
+    const int last = local < a.max_pages ? local : -1;
+    for (int k = threadIdx.x; k < a.topk; k += C::kThreads) out[k * a.out_stride_k] = k <= last ? k : -1;
+    return;
+  }
+  const int first_window = local - a.local_blocks + 1;
+  const int history = a.topk - a.init_blocks - a.local_blocks;  // < candidates, <= 63
+  for (int k = threadIdx.x; k < a.init_blocks; k += C::kThreads) out[k * a.out_stride_k] = k;
+  for (int k = threadIdx.x; k < a.local_blocks; k += C::kThreads) {
+    out[(a.init_blocks + history + k) * a.out_stride_k] = first_window + k;
+  }
+  if (history == 0) return;
+
+  uint32_t* pick_keys = picks + warp * history;
+  uint32_t* pick_ids = picks + C::kMaxPicks + warp * history;
+  for (int i = lane; i < history; i += 32) pick_keys[i] = 0u;
+  __syncwarp();  // before the picks land
+  const int candidates = first_window - a.init_blocks;
+  const int mine = min(max(candidates - base, 0), quarter);  // this quarter's candidates
+  const int first_id = a.init_blocks + base;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) raw[j] = lane + 32 * j < mine ? raw[j] : -INFINITY;
+  uint32_t keys[kPerLane];
+  uint32_t max_even, max_odd;
+  warp_rank_keys<kPerLane>(raw, keys, max_even, max_odd);
+  const uint32_t lanes_below = (1u << lane) - 1u;
+  MSA_TRACE(1, 3);
+  auto pick = [&](int position, uint32_t key, uint32_t id) {
+    pick_keys[position] = key;
+    pick_ids[position] = id;
+  };
+  if (mine > history) {
+    warp_select<kPerLane, false>(
+        keys, max_even, max_odd, (mine + 31) >> 5, history, lane, lanes_below, kept_all[warp], 0,
+        [&](int j) { return static_cast<uint32_t>(first_id + lane + 32 * j); }, pick);
+  } else {  // <= 63 candidates, all picked: registers 0 and 1, slot = candidate
+    if (lane < mine) pick(lane, keys[0], first_id + lane);
+    if (lane + 32 < mine) pick(lane + 32, keys[1], first_id + lane + 32);
+  }
+  __syncthreads();  // every quarter's picks in shared memory
   MSA_TRACE(1, 4);
-  if (history <= 32) {
-    uint32_t* kept = kept_all[warp];  // keys [0, kCap), ids [kCap, 2 kCap)
-    kept[lane] = 0u;                  // unused slots rank below every kept key
-    kept[lane + 32] = 0u;
-    __syncwarp();
-    int count = 0;
-#pragma unroll
-    for (int c = 0; c < kPerLane / C::kChunk; ++c) {
-      if (c * C::kChunk >= steps) break;
-#pragma unroll
-      for (int i = 0; i < C::kChunk; ++i) {
-        const int j = c * C::kChunk + i;
-        const bool hit = keys[j] >= bound;
-        const uint32_t hits = __ballot_sync(kAll, hit);
-        if (hits != 0u) {
-          const int slot = count + __popc(hits & lanes_below);
-          if (hit && slot < C::kCap) {
-            kept[slot] = keys[j];
-            kept[C::kCap + slot] = a.init_blocks + lane + 32 * j;
-          }
-          count += __popc(hits);
-        }
-      }
-    }
-    if (count <= C::kCap) {
-      __syncwarp();
-      // This lane's kept slots: lane and lane + 32. Count the kept keys above each.
-      const uint32_t key0 = kept[lane], key1 = kept[lane + 32];
-      int above0 = 0, above1 = 0;
-      const int count4 = (count + 3) & ~3;  // slots past `count` hold 0
-      if (count <= 32) {
-#pragma unroll 4
-        for (int i = 0; i < count4; i += 4) {
-          const uint4 q = *reinterpret_cast<const uint4*>(kept + i);
-          above0 += (q.x > key0) + (q.y > key0) + (q.z > key0) + (q.w > key0);
-        }
-      } else {
-#pragma unroll 2
-        for (int i = 0; i < count4; i += 4) {
-          const uint4 q = *reinterpret_cast<const uint4*>(kept + i);
-          above0 += (q.x > key0) + (q.y > key0) + (q.z > key0) + (q.w > key0);
-          above1 += (q.x > key1) + (q.y > key1) + (q.z > key1) + (q.w > key1);
-        }
-      }
-      const bool valid0 = lane < count, valid1 = lane + 32 < count;
-      const uint32_t threshold = __reduce_min_sync(
-          kAll, min(valid0 && above0 < history ? key0 : kAll, valid1 && above1 < history ? key1 : kAll));
-      // Kept keys above the threshold, then the first equal ones (slot order = id order); out in id order.
-      const bool gt0 = valid0 && key0 > threshold, gt1 = valid1 && key1 > threshold;
-      const bool eq0 = valid0 && key0 == threshold, eq1 = valid1 && key1 == threshold;
-      const uint32_t eqs0 = __ballot_sync(kAll, eq0), eqs1 = __ballot_sync(kAll, eq1);
-      const int quota = history - __popc(__ballot_sync(kAll, gt0)) - __popc(__ballot_sync(kAll, gt1));
-      const bool take0 = gt0 || (eq0 && __popc(eqs0 & lanes_below) < quota);
-      const bool take1 = gt1 || (eq1 && __popc(eqs0) + __popc(eqs1 & lanes_below) < quota);
-      const uint32_t takes0 = __ballot_sync(kAll, take0), takes1 = __ballot_sync(kAll, take1);
-      MSA_TRACE(1, 5);
-      if (take0) out[(a.init_blocks + __popc(takes0 & lanes_below)) * a.out_stride_k] = kept[C::kCap + lane];
-      if (take1) {
-        out[(a.init_blocks + __popc(takes0) + __popc(takes1 & lanes_below)) * a.out_stride_k] =
-            kept[C::kCap + lane + 32];
-      }
-      MSA_TRACE(1, 7);
-      return;
-    }
-  }
+  if (warp != 0) return;
 
-  // Fallback: the threshold lies in [bound, top] and shares their common high bits; search the rest.
-  const uint32_t top = __reduce_max_sync(kAll, max(max_even, max_odd));
-  uint32_t threshold = bound;
-  if (bound != top) {
-    const int high = 31 - __clz(bound ^ top);
-    threshold = bound & ~(kAll >> (31 - high));
-#pragma unroll 1
-    for (int bit = high; bit >= 0; --bit) {
-      const uint32_t trial = threshold | (1u << bit);
-      int count = 0;
+  auto write = [&](int position, uint32_t, uint32_t id) { out[position * a.out_stride_k] = static_cast<int32_t>(id); };
+  const int slots = C::kWarps * history;  // a multiple of 4, so step 2b reads no slot past them
+  if (history <= 16) {
+    warp_take_kept<true>(picks, picks + C::kMaxPicks, slots, history, lane, lanes_below, a.init_blocks, write);
+    return;
+  }
+  uint32_t merged[C::kMergePerLane];
+  uint32_t merged_even = 0u, merged_odd = 0u;
 #pragma unroll
-      for (int c = 0; c < kPerLane / C::kChunk; ++c) {
-        if (c * C::kChunk >= steps) break;
-#pragma unroll
-        for (int i = 0; i < C::kChunk; ++i) count += keys[c * C::kChunk + i] >= trial;
-      }
-      if (static_cast<int>(__reduce_add_sync(kAll, count)) >= history) threshold = trial;
+  for (int j = 0; j < C::kMergePerLane; ++j) {
+    merged[j] = lane + 32 * j < slots ? picks[lane + 32 * j] : 0u;  // 0: below every pick, ids after theirs
+    if (j & 1) {
+      merged_odd = max(merged_odd, merged[j]);
+    } else {
+      merged_even = max(merged_even, merged[j]);
     }
   }
-  int above = 0;
-#pragma unroll
-  for (int c = 0; c < kPerLane / C::kChunk; ++c) {
-    if (c * C::kChunk >= steps) break;
-#pragma unroll
-    for (int i = 0; i < C::kChunk; ++i) above += keys[c * C::kChunk + i] > threshold;
-  }
-  int quota = history - static_cast<int>(__reduce_add_sync(kAll, above));  // equal keys still to take
-  int slot = a.init_blocks;
-#pragma unroll
-  for (int c = 0; c < kPerLane / C::kChunk; ++c) {
-    if (c * C::kChunk >= steps) break;
-#pragma unroll
-    for (int i = 0; i < C::kChunk; ++i) {
-      const int j = c * C::kChunk + i;
-      const bool eq = keys[j] == threshold;
-      const uint32_t eqs = __ballot_sync(kAll, eq);
-      const bool take = keys[j] > threshold || (eq && __popc(eqs & lanes_below) < quota);
-      const uint32_t takes = __ballot_sync(kAll, take);
-      if (take) out[(slot + __popc(takes & lanes_below)) * a.out_stride_k] = a.init_blocks + lane + 32 * j;
-      slot += __popc(takes);
-      quota -= __popc(eqs);
-    }
-  }
+  warp_select<C::kMergePerLane, false>(
+      merged, merged_even, merged_odd, (slots + 31) >> 5, history, lane, lanes_below, kept_all[0], a.init_blocks,
+      [&](int j) { return picks[C::kMaxPicks + lane + 32 * j]; }, write);
+  MSA_TRACE(1, 7);
 }
 
 }  // namespace msa::index
