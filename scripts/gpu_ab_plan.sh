@@ -5,7 +5,8 @@
 #     one-wave cases, with FP8 S off and the warps / split count of each case pinned to what the default picks (the
 #     what-if kernels use fewer registers, and the plan reads occupancy); then split-count knobs at 16/1 B8 (64
 #     units: the worst weighted cases of the 16/1 suites) and BF16 64/4 B8 at large N (bimodal in session 27).
-#   PART=2: the index select-kernel split (MSA_INDEX_SELECT_SPLIT) tests and A/B, then the full suites.
+#   PART=2 (session 29): the index select tests and an A/B of a session-28 knob since removed; `SUITES=1`: the full
+#   suites. Kept as a template; the A/B step now compares the defaults with themselves.
 # Logs and JSON under $OUT (./gpu-out when unset); a summary with exit codes prints last.
 # Rewrite it when the plan changes.
 set -uo pipefail
@@ -61,7 +62,7 @@ else
 if ! MAX_JOBS=16 step build bash scripts/install.sh; then tail -n 40 "$OUT/build.log"; printf '%s\n' "${summary[@]}"; exit 1; fi
 logs=(tests_select ab_select suite_sparse suite_index)
 step tests_select python3 -m pytest tests/test_index_decode.py -q -p no:logging -k "select or long_context"
-step ab_select python3 bench/ab.py -v base -v nosplit:MSA_INDEX_SELECT_SPLIT=0 -v split:MSA_INDEX_SELECT_SPLIT=1 \
+step ab_select python3 bench/ab.py -v base -v again \
   --repeat 1 --out "$OUT/ab_select" --json "$OUT/ab_select.json" -- \
   bench/bench_index_decode.py --no-corner --keys nvfp4 --heads 4 \
   --cases 8:100000,8:200000,8:50000,32:100000,32:200000,128:200000,4:32000,4:8000,1:32000

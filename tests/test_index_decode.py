@@ -308,13 +308,9 @@ def _long_row_scores(heads, tokens, max_pages, seed, device):
 @pytest.mark.parametrize("max_pages", [258, 782, 1563, 2049, 3000, 8192])
 @pytest.mark.parametrize("topk,init_blocks,local_blocks", [(16, 0, 1), (16, 2, 3), (8, 0, 1), (32, 2, 2), (64, 3, 1)])
 def test_topk_select_long_rows(device, max_pages, topk, init_blocks, local_blocks):
-    # Rows of more than 256 candidates: with knob MSA_INDEX_SELECT_SPLIT=1 (or 2 and <= 2048 rows; default 0, off)
-    # the CUDA op splits each over the 4 warps of a CTA (quarters of ceil((max_pages - 1) / 4) rounded up to 32:
-    # 258 pages leave the last quarter empty, and a quarter of no more than `history` candidates picks all of
-    # them), else one warp (or one CTA past
-    # 2048 candidates) per row. History 7 / 11 / 15 merge the quarters' picks in one step, 28 / 60 in the warp's
-    # steps over 8 registers a lane. Positions: padding, every page fits, the first rows with a choice, short rows
-    # (some quarters empty) and rows up to the full width.
+    # Rows of more than 256 candidates: the CUDA op gives each one warp with 16, 32 or 64 registers a lane (one CTA
+    # past 2048 candidates); history 7 / 11 / 15 / 28 / 60 take the kept-keys step or the bitwise search.
+    # Positions: padding, every page fits, the first rows with a choice, short rows and rows up to the full width.
     heads, tokens = 2, 28
     scores = _long_row_scores(heads, tokens, max_pages, seed=max_pages + topk + init_blocks, device=device)
     g = torch.Generator().manual_seed(max_pages)
@@ -595,11 +591,10 @@ def test_cuda_out_of_range_page_ids(key_format):
                                           ("MSA_INDEX_FLAT_BALANCE", "0"), ("MSA_INDEX_SELECT_TRIGGER", "1"),
                                           ("MSA_INDEX_SCORE_TRIGGER", "0"), ("MSA_INDEX_WGMMA_GROUPS", "2"),
                                           ("MSA_INDEX_WGMMA_GROUPS", "4"), ("MSA_INDEX_WGMMA_CARRY", "1"),
-                                          ("MSA_INDEX_WGMMA_CTAS", "5"), ("MSA_INDEX_SELECT_SPLIT", "1"),
-                                          ("MSA_INDEX_SELECT_SPLIT", "0")],
+                                          ("MSA_INDEX_WGMMA_CTAS", "5")],
                          ids=["mma-sync", "64-pages-per-cta", "no-pdl", "no-flat-grid", "flat-runs-4",
                               "flat-even-runs", "select-trigger", "score-trigger-end", "wgmma-groups-2",
-                              "wgmma-groups-4", "wgmma-carry", "wgmma-5-ctas", "select-split", "select-no-split"])
+                              "wgmma-groups-4", "wgmma-carry", "wgmma-5-ctas"])
 def test_cuda_score_kernel_knob(knob, choice):
     # MSA_INDEX_SCORES=1 forces the mma.sync score kernel (the path of non-Hopper GPUs) on any GPU;
     # MSA_INDEX_PAGES_PER_CTA=64 the longest runs per CTA of the Hopper kernel (odd page counts per run, runs
@@ -611,12 +606,10 @@ def test_cuda_score_kernel_knob(knob, choice):
     # their runs (the default: one page before their end); MSA_INDEX_WGMMA_GROUPS=2 / 4 the Hopper score kernel
     # issuing each slice's k16-steps in 2 / 4 commit groups, each decoded while the previous one runs;
     # MSA_INDEX_WGMMA_CARRY=1 2 groups with the next slice's first group decoded before the last wait;
-    # MSA_INDEX_WGMMA_CTAS=5 the NVFP4 kernels of <= 32 rows at 5 CTAs per SM (2 slices of loads in flight);
-    # MSA_INDEX_SELECT_SPLIT=1 / 0 every row of more than 256 candidates split over the 4 warps of a CTA / never (the
-    # topk_select and long-context cases run under them too). Knobs are read once per process, so the CUDA score
-    # cases rerun in a subprocess.
+    # MSA_INDEX_WGMMA_CTAS=5 the NVFP4 kernels of <= 32 rows at 5 CTAs per SM (2 slices of loads in flight). Knobs
+    # are read once per process, so the CUDA score cases rerun in a subprocess.
     selection = ("cuda and (lengths or query_lengths or page_layouts or padding or nan_keys or strided or uneven or "
-                 "graph_replay or out_of_range or topk_select or long_context)")
+                 "graph_replay or out_of_range)")
     result = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:logging", "-k", selection],
                             env={**os.environ, knob: choice}, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]

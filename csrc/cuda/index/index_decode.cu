@@ -237,48 +237,23 @@ bool select_trigger_early() {
   return on;
 }
 
-// Knob MSA_INDEX_SELECT_SPLIT: rows of more than 256 candidates split over the 4 warps of a CTA each
-// (topk_select_split_kernel) -- 0 (default) never, 1 always, 2 the rule below. NOT YET RUN ON A GPU (session 28
-// found no device for it): compiled for sm_90a / sm_100a and checked on the CPU only, so it stays off until its
-// CUDA tests and an A/B (scripts/gpu_ab_plan.sh PART=2) have run; the rule is a guess to be measured. The warp
-// kernel puts 4 rows in a CTA, so at a few
-// hundred rows most SMs sit idle while each warp walks its row's 25-50 registers (B8 N100K H = 4: 256 rows of 781
-// candidates, 64 CTAs on 132 SMs, ~3 us of a ~35 us call); one row per CTA gives 4x the CTAs, each warp a quarter
-// of the registers, for one barrier and a merge of <= 4 x history picks. With many rows the warp kernel's grid
-// fills the GPU as well and the split one only adds the merge; 2048 rows is a guess for where that starts.
-int select_split_choice() {
-  static const int choice = msa::cuda::env_choice("MSA_INDEX_SELECT_SPLIT", {0, 1, 2}, 0);
-  return choice;
-}
-bool select_split(int rows, int candidates) {
-  if (candidates <= 32 * 8 || candidates > 4 * 32 * WarpSelectConfig::kMaxPerLane) return false;
-  const int choice = select_split_choice();
-  return choice == 1 || (choice == 2 && rows <= 2048);
-}
-
 LaunchStatus launch_select(const SelectArgs& select_args, cudaStream_t stream) {
   SelectArgs args = select_args;
   const int rows = args.heads * args.tokens;
   if (rows == 0) return LaunchStatus::ok();
   // A row has fewer than max_pages candidates (its local page is < max_pages and local_blocks >= 1). Up to 2048:
-  // one warp per row with the smallest register array that holds them, or (select_split) one CTA per row with the
-  // smallest that holds a quarter of them (both 128 threads, no dynamic shared memory); longer rows otherwise: one
-  // CTA per row.
+  // one warp per row with the smallest register array that holds them (128 threads, no dynamic shared memory);
+  // longer rows: one CTA per row. (Session 28's split of a long row over the 4 warps of a CTA, 1731844, measured
+  // no faster in session 29 and was removed.)
   const int candidates = args.max_pages - 1;
-  const bool split = select_split(rows, candidates);
-  if (split || candidates <= 32 * WarpSelectConfig::kMaxPerLane) {
-    const int quarter = (candidates + SplitSelectConfig::kWarps - 1) / SplitSelectConfig::kWarps;
-    auto kernel = split ? (quarter <= 32 * 8    ? topk_select_split_kernel<8>
-                           : quarter <= 32 * 16 ? topk_select_split_kernel<16>
-                           : quarter <= 32 * 32 ? topk_select_split_kernel<32>
-                                                : topk_select_split_kernel<WarpSelectConfig::kMaxPerLane>)
-                  : candidates <= 32 * 8    ? topk_select_warp_kernel<8>
+  if (candidates <= 32 * WarpSelectConfig::kMaxPerLane) {
+    auto kernel = candidates <= 32 * 8    ? topk_select_warp_kernel<8>
                   : candidates <= 32 * 16 ? topk_select_warp_kernel<16>
                   : candidates <= 32 * 32 ? topk_select_warp_kernel<32>
                                           : topk_select_warp_kernel<WarpSelectConfig::kMaxPerLane>;
     const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
     if (!ready.is_ok()) return ready;
-    const int ctas = split ? rows : (rows + WarpSelectConfig::kWarps - 1) / WarpSelectConfig::kWarps;
+    const int ctas = (rows + WarpSelectConfig::kWarps - 1) / WarpSelectConfig::kWarps;
     args.trigger_early = false;
     if (select_trigger_early()) {
       int wave = 0;

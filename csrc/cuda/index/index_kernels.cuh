@@ -345,9 +345,8 @@ __global__ void __launch_bounds__(SelectConfig::kThreads) topk_select_kernel(con
 // 3. Otherwise (or more than kCap kept keys): a bitwise search over all keys from the highest bit where bound
 //    and the largest key differ, then an ordered write-out by ballots.
 // The steps are warp helpers over a set of slots in registers (slot l + 32 j in lane l's register j, slot order
-// = id order), shared with topk_select_split_kernel below: `steps` = registers holding a slot in some lane,
-// `id_of(j)` = the id of this lane's register j, `emit(position, key, id)` = a chosen slot, `position` = `first` +
-// its rank in id order among the chosen ones.
+// = id order): `steps` = registers holding a slot in some lane, `id_of(j)` = the id of this lane's register j,
+// `emit(position, key, id)` = a chosen slot, `position` = `first` + its rank in id order among the chosen ones.
 struct WarpSelectConfig {
   static constexpr int kWarps = 4;  // rows per CTA
   static constexpr int kThreads = 32 * kWarps;
@@ -613,132 +612,6 @@ __global__ void __launch_bounds__(WarpSelectConfig::kThreads) topk_select_warp_k
       keys, max_even, max_odd, steps, history, lane, lanes_below, kept_all[warp], a.init_blocks,
       [&](int j) { return static_cast<uint32_t>(a.init_blocks + lane + 32 * j); },
       [&](int position, uint32_t, uint32_t id) { out[position * a.out_stride_k] = static_cast<int32_t>(id); });
-}
-
-// ---- select, one CTA of 4 warps per row ------------------------------------------------------------------
-//
-// Few long rows (256 rows of 781 candidates at B8 N100K: 64 CTAs of the warp kernel on 132 SMs, ~3 us of a ~35 us
-// call) leave most SMs idle while each warp walks its row's registers; here the 4 warps of a CTA share one row.
-// Warp w takes the quarter [w q, (w + 1) q) of the candidates, q = ceil((max_pages - 1) / 4) rounded up to a
-// multiple of 32 (from the launch's width, not the row's, so that every score load is issued before the position
-// is known, as in the warp kernel), lane l holding candidates w q + l + 32 j, and finds the top `history` of its
-// quarter with the warp steps above (same order: higher key, then lower id). Every member of the row's top-h set
-// is in its own quarter's top-h set: fewer than h candidates of the row rank above it, so fewer than h of its
-// quarter do. So the row's top h are the top h of the quarters' picks. A quarter of at most h candidates (the
-// row's last one, or one past its end: none) picks all of them; a longer one has more than h candidates ranking
-// above its padding, so padding is never picked.
-// Warp w writes its picks in id order to slots [w h, w h + h) of shared memory (slots it leaves empty: key 0, below
-// every candidate's key), so slot order = id order over the picks. After one barrier warp 0 takes the top h of the
-// 4 h slots (at least h of them picks): history <= 16, step 2b over <= 64 slots (two per lane); otherwise steps 1-3
-// over 8 registers per lane. It writes them to `out` in id order, as the warp kernel does.
-// Trace points: 0-3 as the warp kernel's (warp 0's quarter), 4 = every quarter's picks in shared memory, 5 / 7 as
-// the warp kernel's (the merge; 5 only when history <= 16).
-struct SplitSelectConfig {
-  static constexpr int kWarps = 4;  // quarters of one row
-  static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kMaxHistory = 63;  // topk <= 64, local_blocks >= 1
-  static constexpr int kMaxPicks = 256;   // >= kWarps * kMaxHistory: 8 registers per lane in the merge
-  static constexpr int kMergePerLane = kMaxPicks / 32;
-};
-
-template <int kPerLane>
-__global__ void __launch_bounds__(SplitSelectConfig::kThreads) topk_select_split_kernel(const SelectArgs a) {
-  MSA_TRACE(1, 0);
-  msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
-  if (a.trigger_early) msa::cuda::allow_dependent_launch();  // as in the warp kernel (launch_select)
-  MSA_TRACE(1, 1);
-  using C = SplitSelectConfig;
-  using W = WarpSelectConfig;
-  static_assert(kPerLane % W::kChunk == 0 && kPerLane <= W::kMaxPerLane, "registers per lane");
-  static_assert(C::kMergePerLane % W::kChunk == 0 && C::kMaxPicks >= C::kWarps * C::kMaxHistory, "merge slots");
-  static_assert(C::kThreads == W::kThreads, "launch_select launches both kernels alike");
-  __shared__ __align__(16) uint32_t kept_all[C::kWarps][2 * W::kCap];  // per warp: kCap keys, then their ids
-  __shared__ __align__(16) uint32_t picks[2 * C::kMaxPicks];            // keys [0, kMaxPicks), then their ids
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int row = blockIdx.x;  // grid = rows: the row, and every early return below, is CTA-uniform
-  const int h = row / a.tokens, t = row % a.tokens;
-  const int quarter = ((a.max_pages - 1 + C::kWarps - 1) / C::kWarps + 31) & ~31;  // <= 32 * kPerLane
-  const int base = warp * quarter;  // this quarter's first candidate, counted from init_blocks
-  const float* lane_scores =
-      a.scores + h * a.scores_stride_h + int64_t(t) * a.scores_stride_t + a.init_blocks + base + lane;
-  float raw[kPerLane];  // loaded before the position is known, as in the warp kernel
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    raw[j] = -INFINITY;
-    if (a.scores != nullptr && lane + 32 * j < quarter && base + lane + 32 * j < a.max_pages - a.init_blocks) {
-      raw[j] = lane_scores[32 * j];
-    }
-  }
-  const int pos = a.positions != nullptr ? a.positions[t] : a.seq_lens[t / a.q_len] - a.q_len + t % a.q_len;
-  int32_t* out = a.out + h * a.out_stride_h + int64_t(t) * a.out_stride_t;
-  const int local = pos >= 0 ? pos / 128 : -1;
-  MSA_TRACE(1, 2);
-
-  // Same row layout as topk_select_kernel: padding / every page fits, init pages, local window.
-  if (pos < 0 || local >= a.max_pages || local + 1 <= a.topk) {
-    const int last = local < a.max_pages ? local : -1;
-    for (int k = threadIdx.x; k < a.topk; k += C::kThreads) out[k * a.out_stride_k] = k <= last ? k : -1;
-    return;
-  }
-  const int first_window = local - a.local_blocks + 1;
-  const int history = a.topk - a.init_blocks - a.local_blocks;  // < candidates, <= 63
-  for (int k = threadIdx.x; k < a.init_blocks; k += C::kThreads) out[k * a.out_stride_k] = k;
-  for (int k = threadIdx.x; k < a.local_blocks; k += C::kThreads) {
-    out[(a.init_blocks + history + k) * a.out_stride_k] = first_window + k;
-  }
-  if (history == 0) return;
-
-  uint32_t* pick_keys = picks + warp * history;
-  uint32_t* pick_ids = picks + C::kMaxPicks + warp * history;
-  for (int i = lane; i < history; i += 32) pick_keys[i] = 0u;
-  __syncwarp();  // before the picks land
-  const int candidates = first_window - a.init_blocks;
-  const int mine = min(max(candidates - base, 0), quarter);  // this quarter's candidates
-  const int first_id = a.init_blocks + base;
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) raw[j] = lane + 32 * j < mine ? raw[j] : -INFINITY;
-  uint32_t keys[kPerLane];
-  uint32_t max_even, max_odd;
-  warp_rank_keys<kPerLane>(raw, keys, max_even, max_odd);
-  const uint32_t lanes_below = (1u << lane) - 1u;
-  MSA_TRACE(1, 3);
-  auto pick = [&](int position, uint32_t key, uint32_t id) {
-    pick_keys[position] = key;
-    pick_ids[position] = id;
-  };
-  if (mine > history) {
-    warp_select<kPerLane, false>(
-        keys, max_even, max_odd, (mine + 31) >> 5, history, lane, lanes_below, kept_all[warp], 0,
-        [&](int j) { return static_cast<uint32_t>(first_id + lane + 32 * j); }, pick);
-  } else {  // <= 63 candidates, all picked: registers 0 and 1, slot = candidate
-    if (lane < mine) pick(lane, keys[0], first_id + lane);
-    if (lane + 32 < mine) pick(lane + 32, keys[1], first_id + lane + 32);
-  }
-  __syncthreads();  // every quarter's picks in shared memory
-  MSA_TRACE(1, 4);
-  if (warp != 0) return;
-
-  auto write = [&](int position, uint32_t, uint32_t id) { out[position * a.out_stride_k] = static_cast<int32_t>(id); };
-  const int slots = C::kWarps * history;  // a multiple of 4, so step 2b reads no slot past them
-  if (history <= 16) {
-    warp_take_kept<true>(picks, picks + C::kMaxPicks, slots, history, lane, lanes_below, a.init_blocks, write);
-    return;
-  }
-  uint32_t merged[C::kMergePerLane];
-  uint32_t merged_even = 0u, merged_odd = 0u;
-#pragma unroll
-  for (int j = 0; j < C::kMergePerLane; ++j) {
-    merged[j] = lane + 32 * j < slots ? picks[lane + 32 * j] : 0u;  // 0: below every pick, ids after theirs
-    if (j & 1) {
-      merged_odd = max(merged_odd, merged[j]);
-    } else {
-      merged_even = max(merged_even, merged[j]);
-    }
-  }
-  warp_select<C::kMergePerLane, false>(
-      merged, merged_even, merged_odd, (slots + 31) >> 5, history, lane, lanes_below, kept_all[0], a.init_blocks,
-      [&](int j) { return picks[C::kMaxPicks + lane + 32 * j]; }, write);
-  MSA_TRACE(1, 7);
 }
 
 }  // namespace msa::index
