@@ -21,7 +21,27 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "
 S=MSA_SPARSE_DECODE
 AB=whatif/sbase/bench/ab.py  # PART=1: the working tree has no build; sbase's msa_ops drives the A/B
 logs=()
-if [ "${PART:-1}" = 1 ]; then
+if [ "${PART:-1}" = 3 ]; then
+# Session 29: the V-scale hoists of the NVFP4 split loop (make_whatif.sh sbase svhoist svtables; results correct,
+# so the benchmark's output check holds) against HEAD, defaults (no pins: the registers moved by 2 only).
+VARIANTS=${VARIANTS:-"svhoist svtables"}
+for v in sbase $VARIANTS; do
+  (cd "whatif/$v" && MAX_JOBS=5 MSA_BUILD_DIR=build timeout 300 python3 setup.py -q build_ext --inplace) \
+    > "$OUT/build_$v.log" 2>&1 &
+done
+wait
+args=(-v "base:@root=whatif/sbase")
+for v in sbase $VARIANTS; do
+  if ls whatif/$v/msa_ops/_C*.so > /dev/null 2>&1; then summary+=("build_$v ok"); else summary+=("build_$v FAILED"); fi
+done
+for v in $VARIANTS; do ls whatif/$v/msa_ops/_C*.so > /dev/null 2>&1 && args+=(-v "$v:@root=whatif/$v"); done
+logs+=(ab_vhoist ab_vhoist_16)
+step ab_vhoist python3 $AB "${args[@]}" --repeat 1 --out "$OUT/ab_vhoist" --json "$OUT/ab_vhoist.json" -- \
+  bench/bench_sparse_decode.py --no-sdpa --copy-mib 512 --kv nvfp4 --geometry 64/4 \
+  --cases 8:100000,8:10000,32:100000,4:32000,1:32000
+step ab_vhoist_16 python3 $AB "${args[@]}" --repeat 1 --out "$OUT/ab_vhoist_16" --json "$OUT/ab_vhoist_16.json" -- \
+  bench/bench_sparse_decode.py --no-sdpa --copy-mib 512 --kv nvfp4 --geometry 16/1 --cases 8:100000,32:100000
+elif [ "${PART:-1}" = 1 ]; then
 # The base is whatif/sbase (HEAD as archived, no edits), not the working tree, which may hold unfinished work.
 VARIANTS=${VARIANTS:-"snodecode snomma sloadonly"}
 for v in sbase $VARIANTS; do  # all builds at once (three CUDA translation units each)

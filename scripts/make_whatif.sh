@@ -18,6 +18,9 @@
 #   snomma    no mma.sync: S and O take an XOR fold of the fragments (one LOP3 per MMA), S is then squeezed into
 #             [0.5, 1) so that the softmax sees finite scores
 #   sloadonly snodecode + snomma: the loads, the ring, the softmax, the merges and the stores only
+#   svhoist   (results correct) the plain loop's 4 NVFP4 V scale bytes per chunk loaded right after the stage
+#             lands, before the S MMAs, instead of inside value_fragments after the softmax's shuffles
+#   svtables  (results correct) svhoist, and the 4 V table entries (8 registers) looked up there too
 set -euo pipefail
 cd "$(dirname "$0")/.."
 variants=("$@")
@@ -137,8 +140,45 @@ pvnomma = """    for (int j = 0; j < 16; ++j) {  // WHATIF: no mma.sync
       o[j][j & 3] = __uint_as_float(__float_as_uint(o[j][j & 3]) ^ vb[j][0] ^ vb[j][1] ^ (j < 4 ? pa[j] : 0u));
     }
   }"""
+vscale_old = """        const uint2 t = tables[scale_byte(stage + F::kVsOff + 8 * key + g8)];  // scale of dims 16 g8 + [0, 16)"""
+vscale_new = """        const uint2 t = tables[vsb != nullptr ? vsb[i] : scale_byte(stage + F::kVsOff + 8 * key + g8)];  // WHATIF"""
+vsig_old = """__device__ __forceinline__ void value_fragments(const uint8_t* stage, const uint2* tables, uint32_t (&vb)[16][2]) {"""
+vsig_new = """__device__ __forceinline__ void value_fragments(const uint8_t* stage, const uint2* tables, uint32_t (&vb)[16][2],
+                                                const uint32_t* vsb = nullptr) {  // WHATIF: hoisted V scale bytes"""
+stage_old = """    const ChunkRef c = chunk_ref(slots, warp + kWarps * i);
+    const uint8_t* stage = ring + (i % kStages) * F::kStageBytes;
+"""
+stage_new = """    const ChunkRef c = chunk_ref(slots, warp + kWarps * i);
+    const uint8_t* stage = ring + (i % kStages) * F::kStageBytes;
+    uint32_t vsb[4] = {0u, 0u, 0u, 0u};  // WHATIF: V scale bytes before the S MMAs
+    if constexpr (kKv == KvKind::kNvfp4) {
+#pragma unroll
+      for (int vi = 0; vi < 4; ++vi) {
+        vsb[vi] = scale_byte(stage + F::kVsOff + 8 * (2 * quad + (vi & 1) + 8 * (vi >> 1)) + g8);
+      }
+    }
+"""
+vcall_old = """    uint32_t vb[16][2];
+    value_fragments<kKv>(stage, tables, vb);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) msa::cuda::mma_m16n8k16<kBF16>(o[j], pa, vb[j][0], vb[j][1]);"""
+vcall_new = """    uint32_t vb[16][2];
+    value_fragments<kKv>(stage, tables, vb, kKv == KvKind::kNvfp4 ? vsb : nullptr);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) msa::cuda::mma_m16n8k16<kBF16>(o[j], pa, vb[j][0], vb[j][1]);"""
 for v in sys.argv[1:]:
     root = f"whatif/{v}"
+    if v in ("svhoist", "svtables"):
+        for old, new in ((vscale_old, vscale_new), (vsig_old, vsig_new), (stage_old, stage_new), (vcall_old, vcall_new)):
+            sub(f"{root}/{split}", old, new)
+    if v == "svtables":
+        sub(f"{root}/{split}", vscale_new, """        const uint2 t = vtab != nullptr ? vtab[i] : tables[scale_byte(stage + F::kVsOff + 8 * key + g8)];  // WHATIF""")
+        sub(f"{root}/{split}", "                                                const uint32_t* vsb = nullptr) {",
+            "                                                const uint2* vtab = nullptr) {")
+        sub(f"{root}/{split}", "        vsb[vi] = scale_byte(", "        vtab[vi] = tables[scale_byte(")
+        sub(f"{root}/{split}", "+ 8 * (vi >> 1)) + g8);", "+ 8 * (vi >> 1)) + g8)];")
+        sub(f"{root}/{split}", "    uint32_t vsb[4] = {0u, 0u, 0u, 0u};  // WHATIF", "    uint2 vtab[4] = {};  // WHATIF")
+        sub(f"{root}/{split}", "kKv == KvKind::kNvfp4 ? vsb : nullptr);", "kKv == KvKind::kNvfp4 ? vtab : nullptr);")
     if v in ("snodecode", "sloadonly"):
         sub(f"{root}/{split}", kdecode, knodecode)
         sub(f"{root}/{split}", vdecode, vnodecode)
