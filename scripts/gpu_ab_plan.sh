@@ -38,9 +38,9 @@ for v in $VARIANTS; do ls whatif/$v/msa_ops/_C*.so > /dev/null 2>&1 && args+=(-v
 logs+=(ab_vhoist ab_vhoist_16)
 step ab_vhoist python3 $AB "${args[@]}" --repeat 1 --out "$OUT/ab_vhoist" --json "$OUT/ab_vhoist.json" -- \
   bench/bench_sparse_decode.py --no-sdpa --copy-mib 512 --kv nvfp4 --geometry 64/4 \
-  --cases 8:100000,8:10000,32:100000,4:32000,1:32000
+  --cases ${CASES64:-8:100000,8:10000,32:100000,4:32000,1:32000}
 step ab_vhoist_16 python3 $AB "${args[@]}" --repeat 1 --out "$OUT/ab_vhoist_16" --json "$OUT/ab_vhoist_16.json" -- \
-  bench/bench_sparse_decode.py --no-sdpa --copy-mib 512 --kv nvfp4 --geometry 16/1 --cases 8:100000,32:100000
+  bench/bench_sparse_decode.py --no-sdpa --copy-mib 512 --kv nvfp4 --geometry 16/1 --cases ${CASES16:-8:100000,32:100000}
 elif [ "${PART:-1}" = 1 ]; then
 # The base is whatif/sbase (HEAD as archived, no edits), not the working tree, which may hold unfinished work.
 VARIANTS=${VARIANTS:-"snodecode snomma sloadonly"}
