@@ -398,6 +398,19 @@ __device__ __forceinline__ uint32_t warp_select_bound(uint32_t max_even, uint32_
   return __reduce_min_sync(kAll, min(above_even < history ? max_even : kAll, above_odd < history ? max_odd : kAll));
 }
 
+// f(j) for each register j that holds a slot in some lane, a chunk of kChunk registers at a time: the loop stops at
+// the first chunk past `steps` (the registers holding a slot in some lane).
+template <int kPerLane, class F>
+__device__ __forceinline__ void for_each_step(int steps, F f) {
+  using C = WarpSelectConfig;
+#pragma unroll
+  for (int c = 0; c < kPerLane / C::kChunk; ++c) {
+    if (c * C::kChunk >= steps) break;
+#pragma unroll
+    for (int i = 0; i < C::kChunk; ++i) f(c * C::kChunk + i);
+  }
+}
+
 // Step 2a: the keys >= bound, in id order, into kept (keys [0, kCap), ids [kCap, 2 kCap); unused key slots 0).
 // Returns how many there were (only the first kCap are kept).
 template <int kPerLane, class IdOf>
@@ -409,31 +422,25 @@ __device__ __forceinline__ int warp_keep_above(const uint32_t (&keys)[kPerLane],
   kept[lane + 32] = 0u;
   __syncwarp();
   int count = 0;
-#pragma unroll
-  for (int c = 0; c < kPerLane / C::kChunk; ++c) {
-    if (c * C::kChunk >= steps) break;
-#pragma unroll
-    for (int i = 0; i < C::kChunk; ++i) {
-      const int j = c * C::kChunk + i;
-      const bool hit = keys[j] >= bound;
-      const uint32_t hits = __ballot_sync(kAll, hit);
-      if (hits != 0u) {
-        const int slot = count + __popc(hits & lanes_below);
-        if (hit && slot < C::kCap) {
-          kept[slot] = keys[j];
-          kept[C::kCap + slot] = id_of(j);
-        }
-        count += __popc(hits);
+  for_each_step<kPerLane>(steps, [&](int j) {
+    const bool hit = keys[j] >= bound;
+    const uint32_t hits = __ballot_sync(kAll, hit);
+    if (hits != 0u) {
+      const int slot = count + __popc(hits & lanes_below);
+      if (hit && slot < C::kCap) {
+        kept[slot] = keys[j];
+        kept[C::kCap + slot] = id_of(j);
       }
+      count += __popc(hits);
     }
-  }
+  });
   return count;
 }
 
 // Step 2b: the top `history` of the first `count` <= kCap slots in shared memory (keys, ids; slot order = id order),
 // at least `history` of them holding candidates' keys (all > 0) and the rest 0; the slots from `count` up to a
-// multiple of 4 hold 0 too. kTrace: the warp kernel's trace points 5 and 7 (also those of the split kernel's merge).
-template <bool kTrace, class Emit>
+// multiple of 4 hold 0 too. Trace points 5 and 7.
+template <class Emit>
 __device__ __forceinline__ void warp_take_kept(const uint32_t* kept_keys, const uint32_t* kept_ids, int count,
                                                int history, int lane, uint32_t lanes_below, int first,
                                                Emit emit) {
@@ -468,7 +475,7 @@ __device__ __forceinline__ void warp_take_kept(const uint32_t* kept_keys, const 
   const bool take0 = gt0 || (eq0 && __popc(eqs0 & lanes_below) < quota);
   const bool take1 = gt1 || (eq1 && __popc(eqs0) + __popc(eqs1 & lanes_below) < quota);
   const uint32_t takes0 = __ballot_sync(kAll, take0), takes1 = __ballot_sync(kAll, take1);
-  if constexpr (kTrace) MSA_TRACE(1, 5);
+  MSA_TRACE(1, 5);
   if (take0) {
     const uint32_t id = kept_ids[lane];
     emit(first + __popc(takes0 & lanes_below), key0, id);
@@ -477,7 +484,7 @@ __device__ __forceinline__ void warp_take_kept(const uint32_t* kept_keys, const 
     const uint32_t id = kept_ids[lane + 32];
     emit(first + __popc(takes0) + __popc(takes1 & lanes_below), key1, id);
   }
-  if constexpr (kTrace) MSA_TRACE(1, 7);
+  MSA_TRACE(1, 7);
 }
 
 // Step 3. The threshold lies in [bound, top] and shares their common high bits; search the rest, then take the
@@ -486,7 +493,6 @@ template <int kPerLane, class IdOf, class Emit>
 __device__ __forceinline__ void warp_take_bitwise(const uint32_t (&keys)[kPerLane], int steps, uint32_t bound,
                                                   uint32_t lane_max, int history, uint32_t lanes_below, int first,
                                                   IdOf id_of, Emit emit) {
-  using C = WarpSelectConfig;
   constexpr uint32_t kAll = 0xFFFFFFFFu;
   const uint32_t top = __reduce_max_sync(kAll, lane_max);
   uint32_t threshold = bound;
@@ -497,57 +503,41 @@ __device__ __forceinline__ void warp_take_bitwise(const uint32_t (&keys)[kPerLan
     for (int bit = high; bit >= 0; --bit) {
       const uint32_t trial = threshold | (1u << bit);
       int count = 0;
-#pragma unroll
-      for (int c = 0; c < kPerLane / C::kChunk; ++c) {
-        if (c * C::kChunk >= steps) break;
-#pragma unroll
-        for (int i = 0; i < C::kChunk; ++i) count += keys[c * C::kChunk + i] >= trial;
-      }
+      for_each_step<kPerLane>(steps, [&](int j) { count += keys[j] >= trial; });
       if (static_cast<int>(__reduce_add_sync(kAll, count)) >= history) threshold = trial;
     }
   }
   int above = 0;
-#pragma unroll
-  for (int c = 0; c < kPerLane / C::kChunk; ++c) {
-    if (c * C::kChunk >= steps) break;
-#pragma unroll
-    for (int i = 0; i < C::kChunk; ++i) above += keys[c * C::kChunk + i] > threshold;
-  }
+  for_each_step<kPerLane>(steps, [&](int j) { above += keys[j] > threshold; });
   int quota = history - static_cast<int>(__reduce_add_sync(kAll, above));  // equal keys still to take
   int slot = first;
-#pragma unroll
-  for (int c = 0; c < kPerLane / C::kChunk; ++c) {
-    if (c * C::kChunk >= steps) break;
-#pragma unroll
-    for (int i = 0; i < C::kChunk; ++i) {
-      const int j = c * C::kChunk + i;
-      const bool eq = keys[j] == threshold;
-      const uint32_t eqs = __ballot_sync(kAll, eq);
-      const bool take = keys[j] > threshold || (eq && __popc(eqs & lanes_below) < quota);
-      const uint32_t takes = __ballot_sync(kAll, take);
-      if (take) {
-        const uint32_t id = id_of(j);
-        emit(slot + __popc(takes & lanes_below), keys[j], id);
-      }
-      slot += __popc(takes);
-      quota -= __popc(eqs);
+  for_each_step<kPerLane>(steps, [&](int j) {
+    const bool eq = keys[j] == threshold;
+    const uint32_t eqs = __ballot_sync(kAll, eq);
+    const bool take = keys[j] > threshold || (eq && __popc(eqs & lanes_below) < quota);
+    const uint32_t takes = __ballot_sync(kAll, take);
+    if (take) {
+      const uint32_t id = id_of(j);
+      emit(slot + __popc(takes & lanes_below), keys[j], id);
     }
-  }
+    slot += __popc(takes);
+    quota -= __popc(eqs);
+  });
 }
 
 // Steps 1-3: the top `history` of the warp's slots, emitted in id order. At least `history` slots must rank above
 // every padding slot (the key of -inf or 0, ids after every slot's), so that none is emitted. `kept`: this warp's
 // 2 kCap words of shared memory.
-template <int kPerLane, bool kTrace, class IdOf, class Emit>
+template <int kPerLane, class IdOf, class Emit>
 __device__ __forceinline__ void warp_select(const uint32_t (&keys)[kPerLane], uint32_t max_even, uint32_t max_odd,
                                             int steps, int history, int lane, uint32_t lanes_below, uint32_t* kept,
                                             int first, IdOf id_of, Emit emit) {
   const uint32_t bound = warp_select_bound(max_even, max_odd, history);
-  if constexpr (kTrace) MSA_TRACE(1, 4);
+  MSA_TRACE(1, 4);
   if (history <= 32) {
     const int count = warp_keep_above<kPerLane>(keys, steps, bound, lane, lanes_below, id_of, kept);
     if (count <= WarpSelectConfig::kCap) {
-      warp_take_kept<kTrace>(kept, kept + WarpSelectConfig::kCap, count, history, lane, lanes_below, first, emit);
+      warp_take_kept(kept, kept + WarpSelectConfig::kCap, count, history, lane, lanes_below, first, emit);
       return;
     }
   }
@@ -608,7 +598,7 @@ __global__ void __launch_bounds__(WarpSelectConfig::kThreads) topk_select_warp_k
   warp_rank_keys<kPerLane>(raw, keys, max_even, max_odd);
   const uint32_t lanes_below = (1u << lane) - 1u;
   MSA_TRACE(1, 3);
-  warp_select<kPerLane, true>(
+  warp_select<kPerLane>(
       keys, max_even, max_odd, steps, history, lane, lanes_below, kept_all[warp], a.init_blocks,
       [&](int j) { return static_cast<uint32_t>(a.init_blocks + lane + 32 * j); },
       [&](int position, uint32_t, uint32_t id) { out[position * a.out_stride_k] = static_cast<int32_t>(id); });
