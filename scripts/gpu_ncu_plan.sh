@@ -4,7 +4,7 @@
 # launches), clocks left alone; logs under $OUT (./gpu-out when unset), a summary with exit codes prints last.
 # `SUITES=1` adds the full index suite and both sparse suites (JSON with per-case rows) after the profiles;
 # `SPARSE_ONLY=1` profiles only the sparse split kernel.
-# Builds first (a warm machine keeps the first call's build). `KNOBS="MSA_INDEX_WGMMA_GROUPS=2 ..."` profiles the
+# Builds first (a warm machine keeps the first call's build). `KNOBS="MSA_INDEX_FLAT_BALANCE=0 ..."` profiles the
 # index score kernel once more under those settings (e.g. the best variant of the first call's ab_index_groups).
 set -uo pipefail
 cd "$(dirname "$0")/.."

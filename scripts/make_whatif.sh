@@ -49,12 +49,12 @@ nodecode = """          (void)t;  // WHATIF: no decode at all
           a[2 * s][kk + 2] = codes[s];
           a[2 * s + 1][kk] = codes[s];
           a[2 * s + 1][kk + 2] = codes[s];"""
-mma = """            msa::cuda::wgmma_m64k16<kN, false, false>(acc, frag[s], desc0 + 16 * s, s > 0);"""
+mma = """          msa::cuda::wgmma_m64k16<kN, false, false>(acc, frag[s], desc0 + 16 * s, s > 0);"""
 nomma = """#pragma unroll
-            for (int i = 0; i < 4; ++i) {  // WHATIF: no wgmma
-              float& c = acc[(4 * s + i) % (kN / 2)];
-              c = __uint_as_float(__float_as_uint(c) ^ frag[s][i]);
-            }"""
+          for (int i = 0; i < 4; ++i) {  // WHATIF: no wgmma
+            float& c = acc[(4 * s + i) % (kN / 2)];
+            c = __uint_as_float(__float_as_uint(c) ^ frag[s][i]);
+          }"""
 wgmma = "csrc/cuda/index/index_wgmma_kernels.cuh"
 for v in sys.argv[1:]:
     root = f"whatif/{v}"
@@ -64,14 +64,14 @@ for v in sys.argv[1:]:
           a[2 * s + 1][kk] = hi;
           a[2 * s + 1][kk + 2] = hi;""")
     if v == "fp8mma":
-        sub(f"{root}/{wgmma}", mma, """            if constexpr (kN == 32 && kKeys == KeyKind::kNvfp4) {  // WHATIF: E4M3 m64n32k32
-              if (s % 2 == 0) {
-                const uint32_t f8[4] = {frag[s][0], frag[s][1], frag[s + 1][0], frag[s + 1][1]};
-                msa::cuda::wgmma_m64n32k32_e4m3(acc, f8, desc0 + 8 * s, s > 0);
-              }
-            } else {
-              msa::cuda::wgmma_m64k16<kN, false, false>(acc, frag[s], desc0 + 16 * s, s > 0);
-            }""")
+        sub(f"{root}/{wgmma}", mma, """          if constexpr (kN == 32 && kKeys == KeyKind::kNvfp4) {  // WHATIF: E4M3 m64n32k32
+            if (s % 2 == 0) {
+              const uint32_t f8[4] = {frag[s][0], frag[s][1], frag[s + 1][0], frag[s + 1][1]};
+              msa::cuda::wgmma_m64n32k32_e4m3(acc, f8, desc0 + 8 * s, s > 0);
+            }
+          } else {
+            msa::cuda::wgmma_m64k16<kN, false, false>(acc, frag[s], desc0 + 16 * s, s > 0);
+          }""")
         sub(f"{root}/csrc/cuda/common/wgmma.cuh", "#undef MSA_WGMMA_SHAPE\n", """// WHATIF: E4M3 m64n32k32, A from registers.
 __device__ __forceinline__ void wgmma_m64n32k32_e4m3(float (&d)[16], const uint32_t (&a)[4], uint64_t b_desc,
                                                      int accumulate) {

@@ -589,12 +589,9 @@ def test_cuda_out_of_range_page_ids(key_format):
 @pytest.mark.parametrize("knob, choice", [("MSA_INDEX_SCORES", "1"), ("MSA_INDEX_PAGES_PER_CTA", "64"),
                                           ("MSA_PDL", "0"), ("MSA_INDEX_FLAT_GRID", "0"), ("MSA_INDEX_FLAT_RUN", "4"),
                                           ("MSA_INDEX_FLAT_BALANCE", "0"), ("MSA_INDEX_SELECT_TRIGGER", "1"),
-                                          ("MSA_INDEX_SCORE_TRIGGER", "0"), ("MSA_INDEX_WGMMA_GROUPS", "2"),
-                                          ("MSA_INDEX_WGMMA_GROUPS", "4"), ("MSA_INDEX_WGMMA_CARRY", "1"),
-                                          ("MSA_INDEX_WGMMA_CTAS", "5")],
+                                          ("MSA_INDEX_SCORE_TRIGGER", "0")],
                          ids=["mma-sync", "64-pages-per-cta", "no-pdl", "no-flat-grid", "flat-runs-4",
-                              "flat-even-runs", "select-trigger", "score-trigger-end", "wgmma-groups-2",
-                              "wgmma-groups-4", "wgmma-carry", "wgmma-5-ctas"])
+                              "flat-even-runs", "select-trigger", "score-trigger-end"])
 def test_cuda_score_kernel_knob(knob, choice):
     # MSA_INDEX_SCORES=1 forces the mma.sync score kernel (the path of non-Hopper GPUs) on any GPU;
     # MSA_INDEX_PAGES_PER_CTA=64 the longest runs per CTA of the Hopper kernel (odd page counts per run, runs
@@ -603,11 +600,8 @@ def test_cuda_score_kernel_knob(knob, choice):
     # pages; MSA_INDEX_FLAT_BALANCE=0 the flat grid's earlier even runs (ceil(P / CTAs) pages, the last CTAs idle);
     # MSA_INDEX_SELECT_TRIGGER=1 the select kernel letting the next kernel launch at its start (the graph
     # replay case chains calls); MSA_INDEX_SCORE_TRIGGER=0 the score CTAs letting the select kernel launch only after
-    # their runs (the default: one page before their end); MSA_INDEX_WGMMA_GROUPS=2 / 4 the Hopper score kernel
-    # issuing each slice's k16-steps in 2 / 4 commit groups, each decoded while the previous one runs;
-    # MSA_INDEX_WGMMA_CARRY=1 2 groups with the next slice's first group decoded before the last wait;
-    # MSA_INDEX_WGMMA_CTAS=5 the NVFP4 kernels of <= 32 rows at 5 CTAs per SM (2 slices of loads in flight). Knobs
-    # are read once per process, so the CUDA score cases rerun in a subprocess.
+    # their runs (the default: one page before their end). Knobs are read once per process, so the CUDA score
+    # cases rerun in a subprocess.
     selection = ("cuda and (lengths or query_lengths or page_layouts or padding or nan_keys or strided or uneven or "
                  "graph_replay or out_of_range)")
     result = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:logging", "-k", selection],

@@ -295,7 +295,7 @@ def test_views(device, kv_format):
 @pytest.mark.parametrize("kernel", ["splits1", "splits2", "splits4", "splits8", "v1", "lean", "eager", "warps4",
                                     "warps6", "union", "union-splits1", "union-splits2", "union-splits8",
                                     "union-pipe0", "union-pipe1", "union-fp8s", "union-fp16s", "fp8s",
-                                    "fp8s-splits1", "fp8s-splits8", "fp8s-pipe", "fp8s-pipe-splits8"])
+                                    "fp8s-splits1", "fp8s-splits8"])
 @pytest.mark.parametrize("kv_format", KV_FORMATS)
 def test_split_variants(device, kernel, kv_format, monkeypatch):
     # The CUDA op splits each token's TopK row over a cluster of 1, 2, 4 or 8 CTAs (chosen from the shapes) and
@@ -314,8 +314,6 @@ def test_split_variants(device, kernel, kv_format, monkeypatch):
     elif splits in ("fp8s", "fp16s") and union:
         monkeypatch.setenv("MSA_SPARSE_DECODE_UNION_FP8S", "1" if splits == "fp8s" else "0")
     elif kernel.startswith("fp8s"):  # the split kernel's S^T = K Q^T by FP8 wgmma (4 warps); splits by rule / forced
-        # "pipe": MSA_SPARSE_DECODE_SPLIT_FP8S_PIPE=1, the wgmma in flight over the previous chunk's P V
-        monkeypatch.setenv("MSA_SPARSE_DECODE_SPLIT_FP8S_PIPE", "1" if "pipe" in kernel else "0")
         if "splits" in kernel:
             monkeypatch.setenv("MSA_SPARSE_DECODE_SPLITS", kernel.rpartition("splits")[2])
     elif kernel == "v1":
@@ -370,7 +368,7 @@ def test_split_fp8s_rule(device, kv_format, monkeypatch):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("lazy", ["0", "1", "fp8s", "fp8s-pipe", "union"])
+@pytest.mark.parametrize("lazy", ["0", "1", "fp8s", "union"])
 @pytest.mark.parametrize("kv_format", KV_FORMATS)
 def test_late_score_spike(device, lazy, kv_format, monkeypatch):
     # One key of each request's local page (the last slot of every TopK row, so among the last chunks a warp walks)
@@ -378,12 +376,10 @@ def test_late_score_spike(device, lazy, kv_format, monkeypatch):
     # rescaling's slack of 8 in log2 units), so O must be rescaled late in the walk. With MSA_SPARSE_DECODE_LAZY=1
     # (lazy rescaling, the default) and =0 the split kernel must match the reference, and so must the union pass
     # (always lazy; "union": MSA_SPARSE_DECODE_UNION=1); the CPU op ignores the knobs (the twin).
-    # "fp8s": the split kernel with FP8 S (lazy; its per-thread check of the slack, MSA_SPARSE_DECODE_SPLIT_FP8S=1),
-    # "fp8s-pipe" its pipelined loop (MSA_SPARSE_DECODE_SPLIT_FP8S_PIPE=1).
+    # "fp8s": the split kernel with FP8 S (lazy; its per-thread check of the slack, MSA_SPARSE_DECODE_SPLIT_FP8S=1).
     monkeypatch.setenv("MSA_SPARSE_DECODE_UNION", "1" if lazy == "union" else "0")
     monkeypatch.setenv("MSA_SPARSE_DECODE_LAZY", "0" if lazy == "0" else "1")
     monkeypatch.setenv("MSA_SPARSE_DECODE_SPLIT_FP8S", "1" if lazy.startswith("fp8s") else "0")
-    monkeypatch.setenv("MSA_SPARSE_DECODE_SPLIT_FP8S_PIPE", "1" if lazy == "fp8s-pipe" else "0")
     q_len = 4
     case = make_sparse_decode_case([5000, 3000], q_len=q_len, q_heads=16, kv_heads=2, kv_format=kv_format, seed=97,
                                    device=device)
@@ -430,13 +426,12 @@ def test_cuda_bad_page_ids_give_nan(union, monkeypatch):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kv_format", KV_FORMATS)
-@pytest.mark.parametrize("union", ["0", "0-fp8s", "0-fp8s-pipe", "1", "1-pipe", "1-pipe-fp8s"])
+@pytest.mark.parametrize("union", ["0", "0-fp8s", "1", "1-pipe", "1-pipe-fp8s"])
 def test_repeatable(device, kv_format, union, monkeypatch):
     monkeypatch.setenv("MSA_SPARSE_DECODE_UNION", union[0])  # the CUDA op's union pass off / forced
     monkeypatch.setenv("MSA_SPARSE_DECODE_UNION_PIPE", "1" if union.startswith("1-pipe") else "0")
     monkeypatch.setenv("MSA_SPARSE_DECODE_UNION_FP8S", "1" if union == "1-pipe-fp8s" else "0")
-    monkeypatch.setenv("MSA_SPARSE_DECODE_SPLIT_FP8S", "1" if union.startswith("0-fp8s") else "0")
-    monkeypatch.setenv("MSA_SPARSE_DECODE_SPLIT_FP8S_PIPE", "1" if union == "0-fp8s-pipe" else "0")
+    monkeypatch.setenv("MSA_SPARSE_DECODE_SPLIT_FP8S", "1" if union == "0-fp8s" else "0")
     case = make_sparse_decode_case([20_000, 3000, 700], q_len=8, q_heads=64, kv_heads=4, kv_format=kv_format,
                                    seed=61, device=device)
     runs = []

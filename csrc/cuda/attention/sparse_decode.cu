@@ -88,17 +88,15 @@ int split_units(const SparseDecodeArgs& a) {
 
 // One split-kernel variant, planned from host-known shapes: its CTAs resident at once (`wave`), the call's
 // (token, KV head, 16-head block) units and the split count.
-// kFp8S: S by FP8 wgmma (split::sparse_decode_split_kernel): 1 waiting for it at once, 4 CTAs per SM for NVFP4
-// (<= 128 registers), 3 for E4M3 (its 4-stage ring); 2 leaving it in flight over the previous chunk's P V, 3 CTAs
-// per SM (the wgmma's operands stay live across it).
-template <KvKind kKv, bool kLean, bool kLazy, int kWarps = split::Cfg::kWarps, int kFp8S = 0>
+// kFp8S: S by FP8 wgmma (split::sparse_decode_split_kernel), 4 CTAs per SM for NVFP4 (<= 128 registers), 3 for
+// E4M3 (its 4-stage ring).
+template <KvKind kKv, bool kLean, bool kLazy, int kWarps = split::Cfg::kWarps, bool kFp8S = false>
 struct SplitPlan {
   using S = split::Shape<kKv, kLean, kWarps>;
-  static constexpr int kMinBlocks =
-      kFp8S == 1 ? (kKv == KvKind::kNvfp4 ? 4 : 3) : kFp8S == 2 ? 3 : S::kMinBlocks;
+  static constexpr int kMinBlocks = kFp8S ? (kKv == KvKind::kNvfp4 ? 4 : 3) : S::kMinBlocks;
   static constexpr auto kernel =
       split::sparse_decode_split_kernel<kKv, S::kStages, kMinBlocks, kLazy, kWarps, kFp8S>;
-  static constexpr int kSmem = split::Layout<kKv, S::kStages, kWarps, (kFp8S > 0)>::kSmemBytes;
+  static constexpr int kSmem = split::Layout<kKv, S::kStages, kWarps, kFp8S>::kSmemBytes;
   static constexpr int kThreads = 32 * kWarps;
   int wave = 0, units = 0, splits = 1;
 
@@ -118,7 +116,7 @@ struct SplitPlan {
   }
 };
 
-template <KvKind kKv, bool kLean, bool kLazy, int kWarps = split::Cfg::kWarps, int kFp8S = 0>
+template <KvKind kKv, bool kLean, bool kLazy, int kWarps = split::Cfg::kWarps, bool kFp8S = false>
 LaunchStatus launch_split(const SparseDecodeArgs& a, cudaStream_t stream) {
   SplitPlan<kKv, kLean, kLazy, kWarps, kFp8S> p;
   const LaunchStatus planned = p.plan(a);
@@ -164,11 +162,7 @@ LaunchStatus launch_lazy_split(const SparseDecodeArgs& a, cudaStream_t stream) {
   if (fp8s_knob == 1 || (fp8s_knob == 2 && warps == 0 && split_fp8s_pays(a, split_units(a)))) {
     msa::cuda::DeviceInfo device;  // wgmma: Hopper only
     if (msa::cuda::current_device_info(device).is_ok() && device.cc_major == 9) {
-      // MSA_SPARSE_DECODE_SPLIT_FP8S_PIPE=1: the wgmma left in flight over the previous chunk's P V (not yet run)
-      if (msa::cuda::env_choice("MSA_SPARSE_DECODE_SPLIT_FP8S_PIPE", {0, 1}, 0) == 1) {
-        return launch_split<kKv, false, true, split::Cfg::kWarps, 2>(a, stream);
-      }
-      return launch_split<kKv, false, true, split::Cfg::kWarps, 1>(a, stream);
+      return launch_split<kKv, false, true, split::Cfg::kWarps, true>(a, stream);
     }
   }
   if (warps != 4) {

@@ -691,18 +691,19 @@ __device__ __forceinline__ void fp8s_softmax(float (&sacc)[8], const ChunkRef& c
   pa[3] = movmatrix_trans(pack2<false>(sacc[6], sacc[7]));  // heads 8-15, keys 8-15
 }
 
-// kFp8S: S^T = K Q^T by FP8 wgmma (key_fragments_fp8; NVFP4 / E4M3, 4 warps, lazy rescaling), 1 waiting for it at
-// once, 2 leaving it in flight over the previous chunk's P V; 0: S by mma.sync.
-template <KvKind kKv, int kStages, int kMinBlocks, bool kLazy, int kWarps = Cfg::kWarps, int kFp8S = 0>
+// kFp8S: S^T = K Q^T by FP8 wgmma (key_fragments_fp8; NVFP4 / E4M3, 4 warps, lazy rescaling), waited for at once
+// (leaving it in flight over the previous chunk's P V measured slower on the H100, sessions 20-21); else S by
+// mma.sync.
+template <KvKind kKv, int kStages, int kMinBlocks, bool kLazy, int kWarps = Cfg::kWarps, bool kFp8S = false>
 __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     sparse_decode_split_kernel(const SparseDecodeArgs a, int splits) {
-  static_assert(kFp8S == 0 || (kKv != KvKind::kBF16 && kWarps == 4 && kLazy && kStages >= 2),
+  static_assert(!kFp8S || (kKv != KvKind::kBF16 && kWarps == 4 && kLazy && kStages >= 2),
                 "FP8 S: NVFP4 / E4M3, one warpgroup, lazy");
   MSA_TRACE(2, 0);
   msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
   MSA_TRACE(2, 1);
   using F = Fmt<kKv>;
-  using L = Layout<kKv, kStages, kWarps, (kFp8S > 0)>;
+  using L = Layout<kKv, kStages, kWarps, kFp8S>;
   constexpr int kThreads = 32 * kWarps;
   constexpr bool kBF16 = kKv == KvKind::kBF16;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -728,7 +729,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   // FP8 S: thread x loads the 16 bytes of q-tile chunk x % 8 of head x / 8 (k-step c / 2, half c % 2: A-word
   // u = c of every quad), stored after the first chunk loads are issued.
   uint32_t q_tile_words[4] = {0u, 0u, 0u, 0u};
-  if constexpr (kFp8S > 0) {
+  if constexpr (kFp8S) {
     const int n = threadIdx.x >> 3, chunk = threadIdx.x & 7;
     if (n < rows) {
       const uint8_t* src =
@@ -765,7 +766,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   // Query fragments (A of S), dims permuted like the keys: qa[t] = rows g / g + 8, dims 32 quad + 4 t + [0, 4).
   // FP8 S: the q tile instead (B of S^T), published to the async proxy before the first wgmma.
   uint32_t qa[8][4];
-  if constexpr (kFp8S > 0) {
+  if constexpr (kFp8S) {
     const int n = threadIdx.x >> 3, chunk = threadIdx.x & 7;
     *reinterpret_cast<uint4*>(smem + L::kQTileOff + (n >> 3) * 1024 + chunk * 128 + (n & 7) * 16) =
         make_uint4(q_tile_words[0], q_tile_words[1], q_tile_words[2], q_tile_words[3]);
@@ -814,14 +815,17 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   // E4M3 / BF16 lanes load each other's fragments: sync before refilling the stage read last iteration and
   // after a stage lands (cp.async.wait_group covers only the thread's own copies).
   constexpr bool kShared = kKv != KvKind::kNvfp4;
-  if constexpr (kFp8S > 0) {
+  if constexpr (kFp8S) {
     // The warpgroup's wgmma is collective: every warp runs warp 0's chunk count (the most), a warp past its own
     // chunks with zero A fragments and no softmax / P V.
     const int steps = slots.total > 0 ? (slots.total + kWarps - 1) / kWarps : 0;
     const uint32_t q_tile = msa::cuda::smem_u32(smem + L::kQTileOff);
     float m4[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l4[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // fp8s_softmax
     uint32_t pa[4] = {0u, 0u, 0u, 0u};  // P as m16n8k16 A fragments (finite: <= 2^8)
-    auto pv = [&](int chunk, bool valid) {  // O += P V of the warp's chunk `chunk` (zero V when not valid)
+    // O += P V of the warp's chunk `chunk` (zero V when not valid). Its only call passes valid = true; the lambda
+    // stays as the measured code was written: inlined by hand, ptxas reorders the loop (same length, other order:
+    // scripts/sass_same.py), and that order has never run.
+    auto pv = [&](int chunk, bool valid) {
       uint32_t vb[16][2];
       value_fragments<kKv>(ring + (chunk % kStages) * F::kStageBytes, tables, vb);
 #pragma unroll
@@ -829,45 +833,23 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
         msa::cuda::mma_m16n8k16<false>(o[j], pa, valid ? vb[j][0] : 0u, valid ? vb[j][1] : 0u);
       }
     };
-    if constexpr (kFp8S == 1) {  // each chunk in turn: S, wait, softmax, P V
-      for (int i = 0; i < steps; ++i) {
-        const bool has = i < mine;
-        if constexpr (kShared) __syncwarp();
-        issue_ahead(i + kStages - 1);
-        cp_async_wait<kStages - 1>();
-        if constexpr (kShared) __syncwarp();
-        if (i == 0) MSA_TRACE(2, 3);
-        const uint8_t* stage = ring + (i % kStages) * F::kStageBytes;
-        uint32_t ka[4][4] = {};
-        float sacc[8];
-        fp8s_issue_scores<kKv>(stage, tables, has, q_tile, ka, sacc);
-        msa::cuda::wgmma_wait<0>();
-        msa::cuda::wgmma_fence_operands(sacc);
-        if (!has) continue;
-        fp8s_softmax(sacc, chunk_ref(slots, warp + kWarps * i), a.sm_scale_log2, g8, m4, l4, o, pa);
-        pv(i, true);
-      }
-    } else {
-      // Pipelined (not yet run on a GPU): step i issues chunk i's S (its stage landed), runs P V of chunk i - 1
-      // while the wgmma is in flight, waits, refills chunk i - 1's stage with chunk i + kStages - 1 and takes chunk
-      // i's softmax; the last chunk's P V follows the loop. Branch-free between the issue and the wait (a warp
-      // without chunk i - 1 multiplies zero V fragments), else ptxas serializes the wgmma (C7518).
-      for (int i = 0; i < steps; ++i) {
-        const bool has = i < mine;
-        cp_async_wait<kStages - 2>();  // chunk i landed (chunks i + 1 .. i + kStages - 2 may be in flight)
-        if constexpr (kShared) __syncwarp();
-        if (i == 0) MSA_TRACE(2, 3);
-        uint32_t ka[4][4] = {};
-        float sacc[8];
-        fp8s_issue_scores<kKv>(ring + (i % kStages) * F::kStageBytes, tables, has, q_tile, ka, sacc);
-        pv(i - 1 + kStages, i > 0 && i - 1 < mine);  // chunk i - 1 (its stage; at i = 0 zero V)
-        msa::cuda::wgmma_wait<0>();
-        msa::cuda::wgmma_fence_operands(sacc);
-        if constexpr (kShared) __syncwarp();  // the lanes' reads of chunk i - 1's stage before its refill
-        issue_ahead(i + kStages - 1);
-        if (has) fp8s_softmax(sacc, chunk_ref(slots, warp + kWarps * i), a.sm_scale_log2, g8, m4, l4, o, pa);
-      }
-      if (steps > 0 && steps - 1 < mine) pv(steps - 1, true);
+    // Each chunk in turn: S, wait, softmax, P V.
+    for (int i = 0; i < steps; ++i) {
+      const bool has = i < mine;
+      if constexpr (kShared) __syncwarp();
+      issue_ahead(i + kStages - 1);
+      cp_async_wait<kStages - 1>();
+      if constexpr (kShared) __syncwarp();
+      if (i == 0) MSA_TRACE(2, 3);
+      const uint8_t* stage = ring + (i % kStages) * F::kStageBytes;
+      uint32_t ka[4][4] = {};
+      float sacc[8];
+      fp8s_issue_scores<kKv>(stage, tables, has, q_tile, ka, sacc);
+      msa::cuda::wgmma_wait<0>();
+      msa::cuda::wgmma_fence_operands(sacc);
+      if (!has) continue;
+      fp8s_softmax(sacc, chunk_ref(slots, warp + kWarps * i), a.sm_scale_log2, g8, m4, l4, o, pa);
+      pv(i, true);
     }
     // Statistics into the O layout (rows g8, g8 + 8): sums over the 8 lanes of a quad, then from lane g8 / 2.
 #pragma unroll

@@ -129,43 +129,11 @@ int score_trigger_slices() {
   return slices;
 }
 
-// Experiment knob MSA_INDEX_WGMMA_GROUPS (1 default; 2 or 4): the Hopper score kernel issues each slice's 8 k16-steps
-// in that many commit groups, decoding group j + 1 while group j's wgmmas run (dense token rows only; strided rows
-// keep one group). Written in session 19 without a GPU: compiled (no spills, same registers), not yet measured.
-// Prediction: the per-warp chain decode -> 8 wgmma -> wait -> max is what the scheduler waits on (session 8's
-// stalls: fixed-latency waits first), so 2 groups should take ~5-15 % off the large NVFP4 cases; 4 groups more
-// overlap but 4 arrive / commit pairs per slice.
-// MSA_INDEX_WGMMA_CARRY=1 (2 groups): besides, the next slice's first group is decoded while this slice's second
-// group runs (after wgmma.wait_group 1), so of the chain only the max waits for the tensor cores.
-int wgmma_groups() {
-  static const int groups = msa::cuda::env_choice("MSA_INDEX_WGMMA_GROUPS", {1, 2, 4}, 1);
-  return groups;
-}
-// MSA_INDEX_WGMMA_CTAS=5 (NVFP4 keys, up to 32 query rows, dense rows; default 0 = 4 CTAs): 5 CTAs (20 warps) per
-// SM at 96 registers, 2 slices of loads in flight instead of 4. ptxas: no spills for 8 rows (88 registers), 48
-// bytes for 32 rows (session 19, compiled only); more warps per scheduler is the other lever on the per-warp chain.
-int wgmma_min_ctas() {
-  static const int ctas = msa::cuda::env_choice("MSA_INDEX_WGMMA_CTAS", {0, 5}, 0);
-  return ctas;
-}
-bool wgmma_carry() {
-  static const bool carry = msa::cuda::env_choice("MSA_INDEX_WGMMA_CARRY", {0, 1}, 0) == 1;
-  return carry;
-}
-
 template <KeyKind kKeys, int kN>
 LaunchStatus launch_wgmma_rows(ScoreArgs a, cudaStream_t stream) {
   const bool dense = a.key_stride_token == WgmmaConfig::row_bytes(kKeys) &&
                      (kKeys != KeyKind::kNvfp4 || a.scale_stride_token == WgmmaConfig::kScaleRowBytes);
-  const int groups = dense ? wgmma_groups() : 1;
-  constexpr bool kFiveFits = kKeys == KeyKind::kNvfp4 && kN <= 32;
-  const bool five = kFiveFits && wgmma_min_ctas() == 5;
-  auto kernel = !dense         ? index_scores_wgmma_kernel<kKeys, kN, false>
-                : five          ? index_scores_wgmma_kernel<kKeys, kN, true, 1, false, kFiveFits ? 5 : 0>
-                : wgmma_carry() ? index_scores_wgmma_kernel<kKeys, kN, true, 2, true>
-                : groups == 2 ? index_scores_wgmma_kernel<kKeys, kN, true, 2>
-                : groups == 4 ? index_scores_wgmma_kernel<kKeys, kN, true, 4>
-                               : index_scores_wgmma_kernel<kKeys, kN, true>;
+  auto kernel = dense ? index_scores_wgmma_kernel<kKeys, kN, true> : index_scores_wgmma_kernel<kKeys, kN, false>;
   const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
   if (!ready.is_ok()) return ready;
   int slots = 0;  // CTAs resident at once

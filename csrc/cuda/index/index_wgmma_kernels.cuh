@@ -112,27 +112,29 @@ __device__ __forceinline__ void scale_pair_table_offsets(uint32_t two_scales, ui
   offset[1] = high * 8u;
 }
 
-// The f16 A fragments of one slice's k16-steps [2 kW0, 2 kW0 + 2 kWords) (8 k16-steps x 4 registers in all):
-// keys g (a0, a2) and g + 8 (a1, a3); k16-step t takes the thread's dims 32 quad + 4 t + [0, 4): (a0 | a1) dims
-// + 0, 1; (a2 | a3) dims + 2, 3. Word s of each key's codes (dims 32 quad + 8 s + [0, 8)) gives k16-steps 2s,
-// 2s + 1. NVFP4 goes through the E4M3 bytes of the Q8KV4 dequant (per-scale tables, 8 integer instructions and
-// one IMAD.HI per 8 codes) and one exact cvt per pair to fp16; `table_offset` from scale_pair_table_offsets of
-// the slice's two scale pairs (computed once per slice when the fragments are built in parts).
-// kW0 and kWords must be compile-time constants once inlined (unrolled loops), 0 <= kW0 < kW0 + kWords <= 4.
+// The f16 A fragments of one slice's 8 k16-steps (4 registers each): keys g (a0, a2) and g + 8 (a1, a3); k16-step
+// t takes the thread's dims 32 quad + 4 t + [0, 4): (a0 | a1) dims + 0, 1; (a2 | a3) dims + 2, 3. Word s of each
+// key's codes (dims 32 quad + 8 s + [0, 8)) gives k16-steps 2s, 2s + 1. NVFP4 goes through the E4M3 bytes of the
+// Q8KV4 dequant (per-scale tables, 8 integer instructions and one IMAD.HI per 8 codes) and one exact cvt per pair
+// to fp16; the table offsets of the slice's two scale pairs come first (scale_pair_table_offsets).
 template <KeyKind kKeys>
-__device__ __forceinline__ void slice_fragments_f16_part(const SliceFetch<kKeys>& f, const uint2* tables,
-                                                         const uint32_t (&table_offset)[2][2], const int kW0,
-                                                         const int kWords, uint32_t (&a)[8][4]) {
+__device__ __forceinline__ void slice_fragments_f16(const SliceFetch<kKeys>& f, const uint2* tables,
+                                                    uint32_t (&a)[8][4]) {
+  uint32_t table_offset[2][2];
+  if constexpr (kKeys == KeyKind::kNvfp4) {
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) scale_pair_table_offsets(f.scales[kk], table_offset[kk]);
+  }
 #pragma unroll
   for (int kk = 0; kk < 2; ++kk) {
     if constexpr (kKeys == KeyKind::kNvfp4) {
       const uint32_t codes[4] = {f.codes[kk].x, f.codes[kk].y, f.codes[kk].z, f.codes[kk].w};
 #pragma unroll
-      for (int gh = kW0 / 2; gh <= (kW0 + kWords - 1) / 2; ++gh) {
+      for (int gh = 0; gh < 2; ++gh) {
         const uint2 t =
             *reinterpret_cast<const uint2*>(reinterpret_cast<const uint8_t*>(tables) + table_offset[kk][gh]);
 #pragma unroll
-        for (int s = max(2 * gh, kW0); s < min(2 * gh + 2, kW0 + kWords); ++s) {
+        for (int s = 2 * gh; s < 2 * gh + 2; ++s) {
           uint32_t lo, hi;  // E4M3 bytes of codes 0..3, 4..7
           e2m1x8_to_e4m3x8(codes[s], t.x, t.y, lo, hi);
           a[2 * s][kk] = e4m3_lo_to_f16x2(lo);
@@ -145,32 +147,12 @@ __device__ __forceinline__ void slice_fragments_f16_part(const SliceFetch<kKeys>
       const uint32_t w[8] = {f.v[kk][0].x, f.v[kk][0].y, f.v[kk][0].z, f.v[kk][0].w,
                              f.v[kk][1].x, f.v[kk][1].y, f.v[kk][1].z, f.v[kk][1].w};
 #pragma unroll
-      for (int t = 2 * kW0; t < 2 * (kW0 + kWords); ++t) {
+      for (int t = 0; t < 8; ++t) {
         a[t][kk] = e4m3_lo_to_f16x2(w[t]);
         a[t][kk + 2] = e4m3_hi_to_f16x2(w[t]);
       }
     }
   }
-}
-
-// The table offsets of a slice's two scale pairs (NVFP4; unused for E4M3 keys).
-template <KeyKind kKeys>
-__device__ __forceinline__ void slice_table_offsets(const SliceFetch<kKeys>& f, uint32_t (&table_offset)[2][2]) {
-  if constexpr (kKeys == KeyKind::kNvfp4) {
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) scale_pair_table_offsets(f.scales[kk], table_offset[kk]);
-  } else {
-    table_offset[0][0] = table_offset[0][1] = table_offset[1][0] = table_offset[1][1] = 0u;
-  }
-}
-
-// All 8 k16-steps of one slice at once.
-template <KeyKind kKeys>
-__device__ __forceinline__ void slice_fragments_f16(const SliceFetch<kKeys>& f, const uint2* tables,
-                                                    uint32_t (&a)[8][4]) {
-  uint32_t table_offset[2][2];
-  slice_table_offsets<kKeys>(f, table_offset);
-  slice_fragments_f16_part<kKeys>(f, tables, table_offset, 0, 4, a);
 }
 
 // Operands: keys and queries widened exactly to fp16, wgmma m64nNk16 with fp32 accumulation (meets SPEC's 1e-4
@@ -182,26 +164,21 @@ __device__ __forceinline__ void slice_fragments_f16(const SliceFetch<kKeys>& f, 
 // load of a slice is the page base plus a compile-time offset; otherwise the token strides are runtime values.
 // Page strides are 32-bit in both (the launcher checks it).
 //
-// kGroups: the slice's 8 k16-steps go out in kGroups commit groups (1, 2 or 4), each built just before it is
-// issued, so the decode of group j + 1 runs while group j's wgmmas do (same fragment registers as one group:
-// each group has its own); 1 builds all 8 steps, then issues them (the measured default). kCarry (with 2 groups):
-// besides, once the first group is done (wgmma.wait_group 1) the next slice's first group is decoded into its
-// registers while this slice's second group runs, so only the max waits for the tensor cores.
-//
-// kMinCtas > 0 (NVFP4, experiment): that many CTAs per SM by the launch bounds, with 2 slices of loads in flight
-// instead of 4 (the ring is ~20 of the 128 registers); 0: WgmmaConfig::min_ctas and kDepth.
-template <KeyKind kKeys, int kN, bool kDenseRows, int kGroups = 1, bool kCarry = false, int kMinCtas = 0>
-__global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas : WgmmaConfig::min_ctas(kKeys, kN))
+// Each slice builds all 8 k16-steps' fragments, then issues its 8 wgmmas in one commit group and waits for them
+// before the max. Measured and removed (bench/NOTES.md, sessions 20 and 26): the steps in 2 or 4 commit groups
+// with the next group decoded under the previous one's wgmmas, the next slice's first group decoded before the
+// last wait, 5 CTAs per SM with 2 slices of loads in flight, and both operands in shared memory: none faster; on
+// Hopper the decode's integer-pipe time and the wgmma time add up however they are interleaved.
+template <KeyKind kKeys, int kN, bool kDenseRows>
+__global__ void __launch_bounds__(WgmmaConfig::kThreads, WgmmaConfig::min_ctas(kKeys, kN))
     index_scores_wgmma_kernel(const ScoreArgs a) {
-  static_assert(kGroups == 1 || kGroups == 2 || kGroups == 4, "k16-steps per commit group: 8, 4 or 2");
-  static_assert(!kCarry || kGroups == 2, "the carried first group is half a slice");
 #if MSA_WGMMA
   MSA_TRACE(0, 0);
   msa::cuda::grid_dependency_wait();  // PDL: before any memory access (mma.cuh)
   MSA_TRACE(0, 1);
   using C = WgmmaConfig;
   constexpr int kNTiles = kN / 8;
-  constexpr int kDepth = kMinCtas > 0 ? 2 : C::kDepth;
+  constexpr int kDepth = C::kDepth;
   constexpr int kSteps = 8;            // MMA k16-steps over the 128 dims
   constexpr int kChunkBytes = 2048;    // one 8-row group of the query tile
   constexpr int kRowBytes = C::row_bytes(kKeys);
@@ -332,9 +309,9 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas
     const int trigger_step = a.trigger_slices > 0 ? max(steps - a.trigger_slices, 0) : -1;
     SliceFetch<kKeys> ring[kDepth];
     auto issue = [&](int s, int half, SliceFetch<kKeys>& f) {  // half = s % 2, known when unrolled
-      // Past the run (only the carried group decodes such a slot) or a page outside the cache (its scores are
-      // stored as NaN): nothing to load, but the slot's fragments are built, so its NVFP4 scales are zeroed:
-      // the table offsets come from them and must stay inside the tables (stale registers did not: session 22).
+      // Past the run (never decoded) or a page outside the cache (its scores are stored as NaN): nothing to load,
+      // but the latter slot's fragments are built, so its NVFP4 scales are zeroed: the table offsets come from them
+      // and must stay inside the tables (stale registers did not: session 22).
       const int32_t physical = s < steps ? unit_pages[s / C::kSlices] : -1;
       if (physical < 0) {
         if constexpr (kKeys == KeyKind::kNvfp4) f.scales[0] = f.scales[1] = 0u;
@@ -364,58 +341,29 @@ __global__ void __launch_bounds__(WgmmaConfig::kThreads, kMinCtas > 0 ? kMinCtas
     float acc[kN / 2];
 #pragma unroll
     for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0f;
-    uint32_t carried[kSteps][4];  // kCarry: k16-steps 0-3 of the next slice (then 4-7 of this one)
-    if constexpr (kCarry) {
-      uint32_t table_offset[2][2];
-      slice_table_offsets<kKeys>(ring[0], table_offset);
-      slice_fragments_f16_part<kKeys>(ring[0], tables, table_offset, 0, 2, carried);
-    }
-
     for (int s0 = 0; s0 < steps; s0 += kDepth) {
 #pragma unroll
       for (int d = 0; d < kDepth; ++d) {
         if (s0 + d >= steps) break;  // an odd page count ends mid-group (uniform over the CTA)
         const int page = p_begin + (s0 + d) / C::kSlices;
         const int half = d % C::kSlices;
-        uint32_t local_frag[kSteps][4];
-        uint32_t(&frag)[kSteps][4] = kCarry ? carried : local_frag;
-        uint32_t table_offset[2][2];
-        slice_table_offsets<kKeys>(ring[d], table_offset);
-        constexpr int kGroupSteps = kSteps / kGroups;
+        uint32_t frag[kSteps][4];
+        slice_fragments_f16<kKeys>(ring[d], tables, frag);
+        if (s0 + d == 0) MSA_TRACE(0, 4);
+        if (s0 + d == trigger_step) msa::cuda::allow_dependent_launch();
+        // Fragments complete before the wgmma fence (else ptxas inserts a warpgroup arrive per k-step).
 #pragma unroll
-        for (int grp = 0; grp < kGroups; ++grp) {
-          // This group's fragments only (kCarry: the first group was built during the previous slice); the
-          // registers of the groups in flight are left alone.
-          if (!(kCarry && grp == 0)) {
-            slice_fragments_f16_part<kKeys>(ring[d], tables, table_offset, grp * kGroupSteps / 2, kGroupSteps / 2,
-                                            frag);
-          }
-          if (grp == 0) {
-            if (s0 + d == 0) MSA_TRACE(0, 4);
-            if (s0 + d == trigger_step) msa::cuda::allow_dependent_launch();
-          }
-          // Fragments complete before the wgmma fence (else ptxas inserts a warpgroup arrive per k-step).
+        for (int s = 0; s < kSteps; ++s)
 #pragma unroll
-          for (int s = grp * kGroupSteps; s < (grp + 1) * kGroupSteps; ++s)
+          for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(frag[s][i]));
+        msa::cuda::wgmma_fence_operands(acc);
+        msa::cuda::wgmma_fence();
 #pragma unroll
-            for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(frag[s][i]));
-          if (grp == 0) msa::cuda::wgmma_fence_operands(acc);  // between the groups acc stays with the wgmmas
-          msa::cuda::wgmma_fence();
-#pragma unroll
-          for (int s = grp * kGroupSteps; s < (grp + 1) * kGroupSteps; ++s)
-            msa::cuda::wgmma_m64k16<kN, false, false>(acc, frag[s], desc0 + 16 * s, s > 0);
-          msa::cuda::wgmma_commit();
+        for (int s = 0; s < kSteps; ++s) {
+          msa::cuda::wgmma_m64k16<kN, false, false>(acc, frag[s], desc0 + 16 * s, s > 0);
         }
+        msa::cuda::wgmma_commit();
         issue(s0 + d + kDepth, half, ring[d]);  // the next loads' address work overlaps the wgmma
-        if constexpr (kCarry) {
-          // The first group is done: its registers take the next slice's first group (ring slot d + 1 was
-          // loaded kDepth - 1 slices ago; past the last slice the stale slot decodes to values never used).
-          msa::cuda::wgmma_wait<1>();
-          const SliceFetch<kKeys>& next = ring[(d + 1) % kDepth];
-          uint32_t table_offset[2][2];
-          slice_table_offsets<kKeys>(next, table_offset);
-          slice_fragments_f16_part<kKeys>(next, tables, table_offset, 0, 2, carried);
-        }
         msa::cuda::wgmma_wait<0>();
         msa::cuda::wgmma_fence_operands(acc);
         // acc[4 nt + c]: key g (c < 2) or g + 8, row 8 nt + 2 quad + (c & 1).
