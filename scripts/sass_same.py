@@ -52,12 +52,12 @@ _FUNCTION = re.compile(r"^\s*Function : (\S+)")
 _INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s*(.*?);")
 
 
-def kernels_of(cuobjdump: str, cubin: pathlib.Path) -> dict[str, str]:
-    """Mangled kernel name -> sha256 of its instruction text (addresses and encodings stripped)."""
-    text = subprocess.run([cuobjdump, "-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
+def digests(sass_text: str) -> dict[str, str]:
+    """Mangled kernel name -> sha256 of its instruction text (addresses and encodings stripped), from the
+    output of `cuobjdump -sass`."""
     found: dict[str, list[str]] = {}
     current = None
-    for line in text.splitlines():
+    for line in sass_text.splitlines():
         m = _FUNCTION.match(line)
         if m:
             current = m.group(1)
@@ -67,6 +67,11 @@ def kernels_of(cuobjdump: str, cubin: pathlib.Path) -> dict[str, str]:
         if m and current is not None:
             found[current].append(" ".join(m.group(1).split()))
     return {name: hashlib.sha256("\n".join(body).encode()).hexdigest() for name, body in found.items()}
+
+
+def kernels_of(cuobjdump: str, cubin: pathlib.Path) -> dict[str, str]:
+    text = subprocess.run([cuobjdump, "-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
+    return digests(text)
 
 
 def build(sources: list[str], archs: list[str]) -> dict[str, str]:
@@ -81,6 +86,35 @@ def build(sources: list[str], archs: list[str]) -> dict[str, str]:
                 for name, digest in kernels_of(cuobjdump, cubin).items():
                     result[f"sm_{arch} {name}"] = digest
     return result
+
+
+def compare(before: dict[str, str], now: dict[str, str]) -> dict[str, tuple[str, str | None]]:
+    """Per kernel of `before` and `now` ("target mangled-name" -> digest): (state, twin). State is same / CHANGED
+    for a name in both, gone / new for a name in one, and renamed for a vanished kernel whose exact code
+    reappears under a new name on the same target (keyed by the old name, twin = the new one; the new name is
+    not listed again). Kernels of identical code (e.g. empty bodies on a target) pair up in name order."""
+    names = sorted(set(before) | set(now))
+    new_by_code: dict[tuple[str, str], list[str]] = {}
+    for n in names:
+        if n not in before:
+            new_by_code.setdefault((n.split(" ", 1)[0], now[n]), []).append(n)
+    states: dict[str, tuple[str, str | None]] = {}
+    taken: set[str] = set()
+    for name in names:
+        if name in before and name in now:
+            states[name] = ("same" if before[name] == now[name] else "CHANGED", None)
+        elif name in before:
+            twins = new_by_code.get((name.split(" ", 1)[0], before[name]), [])
+            if twins:
+                twin = twins.pop(0)
+                taken.add(twin)
+                states[name] = ("renamed", twin)
+            else:
+                states[name] = ("gone", None)
+    for name in names:
+        if name not in before and name not in taken:
+            states[name] = ("new", None)
+    return states
 
 
 def demangle(names: list[str]) -> dict[str, str]:
@@ -110,30 +144,14 @@ def main() -> int:
     if not args.against:
         return 0
     before = json.loads((args.against / "sass.json").read_text())
-    names = sorted(set(before) | set(now))
-    pretty = demangle(names)
-    # A vanished kernel whose exact code reappears under a new name (same target) was renamed, not changed.
-    new_by_code: dict[tuple[str, str], list[str]] = {}
-    for n in names:
-        if n not in before:
-            new_by_code.setdefault((n.split(" ", 1)[0], now[n]), []).append(n)
-    renamed = {}
-    for name in names:
-        twins = new_by_code.get((name.split(" ", 1)[0], before[name]), []) if name not in now else []
-        if twins:  # kernels of identical code (e.g. empty bodies on a target) pair up in name order
-            twin = twins.pop(0)
-            renamed[name], renamed[twin] = twin, name
+    states = compare(before, now)
+    pretty = demangle(sorted(set(before) | set(now)))
     counts = {"same": 0, "renamed": 0, "CHANGED": 0, "gone": 0, "new": 0}
-    for name in names:
-        if name in renamed:
-            if name in before:
-                counts["renamed"] += 1
-                print(f"renamed  {pretty[name]}\n      -> {pretty[renamed[name]]}")
-            continue
-        state = ("gone" if name not in now else "new" if name not in before
-                 else "same" if before[name] == now[name] else "CHANGED")
+    for name, (state, twin) in sorted(states.items()):
         counts[state] += 1
-        if state != "same":
+        if state == "renamed":
+            print(f"renamed  {pretty[name]}\n      -> {pretty[twin]}")
+        elif state != "same":
             print(f"{state:8s} {pretty[name]}")
     print(", ".join(f"{v} {k}" for k, v in counts.items()))
     failed = counts["CHANGED"] > 0 or (counts["gone"] > 0 and not args.allow_gone)
