@@ -73,7 +73,7 @@ step ab_16_b8 python3 $AB -v base:$B -v fp8s:${S}_SPLIT_FP8S=1,$B -v s8:${S}_SPL
   --repeat 1 --out "$OUT/ab_16_b8" --json "$OUT/ab_16_b8.json" -- \
   bench/bench_sparse_decode.py --no-sdpa $C --kv nvfp4,fp8 --geometry 16/1 --cases 8:100000,8:50000
 wi wi_6w2s 6 2 $C --kv nvfp4 --geometry 64/4 --cases 4:32000
-step ab_bf16_b8 python3 $AB -v base:$B -v lean:${S}_LEAN=1,$B -v s2:${S}_SPLITS=2,$B --repeat 2 \
+step ab_bf16_b8 python3 $AB -v base:$B -v s2:${S}_SPLITS=2,$B --repeat 2 \
   --out "$OUT/ab_bf16_b8" --json "$OUT/ab_bf16_b8.json" -- \
   bench/bench_sparse_decode.py --no-sdpa $C --kv bf16 --geometry 64/4 --cases 8:100000,8:200000
 wi wi_4w8s 4 8 $C --kv nvfp4 --geometry 64/4 --cases 1:32000

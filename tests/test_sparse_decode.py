@@ -292,7 +292,7 @@ def test_views(device, kv_format):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("kernel", ["splits1", "splits2", "splits4", "splits8", "v1", "lean", "eager", "warps4",
+@pytest.mark.parametrize("kernel", ["splits1", "splits2", "splits4", "splits8", "v1", "eager", "warps4",
                                     "warps6", "union", "union-splits1", "union-splits2", "union-splits8",
                                     "union-pipe0", "union-pipe1", "union-fp8s", "union-fp16s", "fp8s",
                                     "fp8s-splits1", "fp8s-splits8"])
@@ -300,8 +300,8 @@ def test_views(device, kv_format):
 def test_split_variants(device, kernel, kv_format, monkeypatch):
     # The CUDA op splits each token's TopK row over a cluster of 1, 2, 4 or 8 CTAs (chosen from the shapes) and
     # merges the parts by their LSE; MSA_SPARSE_DECODE_SPLITS forces a split count, MSA_SPARSE_DECODE_KERNEL=1
-    # the unsplit v1 kernel, MSA_SPARSE_DECODE_LEAN=1 the leaner ring, MSA_SPARSE_DECODE_LAZY=0 eager O rescaling and
-    # MSA_SPARSE_DECODE_WARPS=4|6 four or six warps per CTA (default: by the shapes; all read at every call).
+    # the unsplit v1 kernel, MSA_SPARSE_DECODE_LAZY=0 eager O rescaling and MSA_SPARSE_DECODE_WARPS=4|6 four or
+    # six warps per CTA (default: by the shapes; all read at every call).
     # MSA_SPARSE_DECODE_UNION=1 forces the union pass (one decode of each page for all tokens of a request, its
     # pages split over the cluster), =0 keeps it off; MSA_SPARSE_DECODE_UNION_PIPE=0|1 turns its pipelined
     # consumers off / on (NVFP4 / E4M3; default by format), MSA_SPARSE_DECODE_UNION_FP8S=1 its FP8 S = q K^T (NVFP4 /
@@ -318,8 +318,6 @@ def test_split_variants(device, kernel, kv_format, monkeypatch):
             monkeypatch.setenv("MSA_SPARSE_DECODE_SPLITS", kernel.rpartition("splits")[2])
     elif kernel == "v1":
         monkeypatch.setenv("MSA_SPARSE_DECODE_KERNEL", "1")
-    elif kernel == "lean":  # one ring stage less, more CTAs per SM
-        monkeypatch.setenv("MSA_SPARSE_DECODE_LEAN", "1")
     elif kernel == "eager":  # O rescaled at every growth of a row's max (default: lazy, within 8 in log2 units)
         monkeypatch.setenv("MSA_SPARSE_DECODE_LAZY", "0")
     elif kernel.startswith("warps"):  # 4 warps per CTA (3 CTAs per SM) or 6 (2 per SM); NVFP4 / E4M3 (BF16: 4)

@@ -6,12 +6,10 @@
 // two <= 8 that gives at least half a wave of resident CTAs, and at least ceil(W / 32) (a CTA walks <= 32
 // TopK slots). Knobs for benchmarks and tests: MSA_SPARSE_DECODE_SPLITS=1|2|4|8 forces the split count (raised
 // to ceil(W / 32) when lower); MSA_SPARSE_DECODE_KERNEL=1 selects the v1 kernel (one CTA per token, no split);
-// MSA_SPARSE_DECODE_LEAN=1 the split kernel with one ring stage less and more CTAs per SM (split::Shape);
 // MSA_SPARSE_DECODE_WARPS=4|6 forces the lazy split kernel's warps per CTA (NVFP4 / E4M3; default: the rule in
 // launch_lazy_split); MSA_SPARSE_DECODE_SPLIT_FP8S=0|1|2 its S by FP8 wgmma on Hopper (never / always / by the rule
 // in launch_lazy_split, the default); MSA_SPARSE_DECODE_LAZY=0 the split kernel with eager O rescaling (every growth
-// of a row's max; the default is lazy rescaling, kLazySlack; the lean ring has no lazy variant, so LEAN=1 wins when
-// both are set).
+// of a row's max; the default is lazy rescaling, kLazySlack).
 //
 // The union pass (sparse_decode_union_kernels.cuh: one cluster per request and KV head decodes each page once
 // for all the request's tokens; Hopper only) is for requests whose tokens share pages. MSA_SPARSE_DECODE_UNION=2
@@ -90,9 +88,9 @@ int split_units(const SparseDecodeArgs& a) {
 // (token, KV head, 16-head block) units and the split count.
 // kFp8S: S by FP8 wgmma (split::sparse_decode_split_kernel), 4 CTAs per SM for NVFP4 (<= 128 registers), 3 for
 // E4M3 (its 4-stage ring).
-template <KvKind kKv, bool kLean, bool kLazy, int kWarps = split::Cfg::kWarps, bool kFp8S = false>
+template <KvKind kKv, bool kLazy, int kWarps = split::Cfg::kWarps, bool kFp8S = false>
 struct SplitPlan {
-  using S = split::Shape<kKv, kLean, kWarps>;
+  using S = split::Shape<kKv, kWarps>;
   static constexpr int kMinBlocks = kFp8S ? (kKv == KvKind::kNvfp4 ? 4 : 3) : S::kMinBlocks;
   static constexpr auto kernel =
       split::sparse_decode_split_kernel<kKv, S::kStages, kMinBlocks, kLazy, kWarps, kFp8S>;
@@ -116,9 +114,9 @@ struct SplitPlan {
   }
 };
 
-template <KvKind kKv, bool kLean, bool kLazy, int kWarps = split::Cfg::kWarps, bool kFp8S = false>
+template <KvKind kKv, bool kLazy, int kWarps = split::Cfg::kWarps, bool kFp8S = false>
 LaunchStatus launch_split(const SparseDecodeArgs& a, cudaStream_t stream) {
-  SplitPlan<kKv, kLean, kLazy, kWarps, kFp8S> p;
+  SplitPlan<kKv, kLazy, kWarps, kFp8S> p;
   const LaunchStatus planned = p.plan(a);
   return planned.is_ok() ? p.launch(a, stream) : planned;
 }
@@ -162,11 +160,11 @@ LaunchStatus launch_lazy_split(const SparseDecodeArgs& a, cudaStream_t stream) {
   if (fp8s_knob == 1 || (fp8s_knob == 2 && warps == 0 && split_fp8s_pays(a, split_units(a)))) {
     msa::cuda::DeviceInfo device;  // wgmma: Hopper only
     if (msa::cuda::current_device_info(device).is_ok() && device.cc_major == 9) {
-      return launch_split<kKv, false, true, split::Cfg::kWarps, true>(a, stream);
+      return launch_split<kKv, true, split::Cfg::kWarps, true>(a, stream);
     }
   }
   if (warps != 4) {
-    SplitPlan<kKv, false, true, 6> six;
+    SplitPlan<kKv, true, 6> six;
     const LaunchStatus planned = six.plan(a);
     if (!planned.is_ok()) return planned;
     const bool one_wave = int64_t(six.units) * six.splits <= six.wave;
@@ -174,7 +172,7 @@ LaunchStatus launch_lazy_split(const SparseDecodeArgs& a, cudaStream_t stream) {
       return six.launch(a, stream);
     }
   }
-  return launch_split<kKv, false, true>(a, stream);
+  return launch_split<kKv, true>(a, stream);
 }
 
 // The automatic rule (MSA_SPARSE_DECODE_UNION=2, the default): where the union pass measured faster than the
@@ -278,12 +276,11 @@ LaunchStatus launch_kind(const SparseDecodeArgs& a, cudaStream_t stream) {
   }
   if (use_union(a)) return launch_union<kKv>(a, stream);
   using msa::cuda::env_choice;
-  if (env_choice("MSA_SPARSE_DECODE_LEAN", {0, 1}, 0) == 1) return launch_split<kKv, true, false>(a, stream);
-  if (env_choice("MSA_SPARSE_DECODE_LAZY", {0, 1}, 1) == 0) return launch_split<kKv, false, false>(a, stream);
+  if (env_choice("MSA_SPARSE_DECODE_LAZY", {0, 1}, 1) == 0) return launch_split<kKv, false>(a, stream);
   if constexpr (kKv != KvKind::kBF16) {
     return launch_lazy_split<kKv>(a, stream);
   } else {
-    return launch_split<kKv, false, true>(a, stream);
+    return launch_split<kKv, true>(a, stream);
   }
 }
 

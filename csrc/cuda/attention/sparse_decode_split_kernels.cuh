@@ -93,21 +93,18 @@ struct Fmt<KvKind::kBF16> {
 
 // Ring depth (16-key chunks per warp) and the CTAs per SM the registers are budgeted for. Default: 3 CTAs per SM
 // (<= 168 registers) for NVFP4 and E4M3; BF16's 3-stage ring (~109 KB of shared memory) fits only 2 CTAs per SM,
-// so its registers are budgeted for 2 (at 3 ptxas spilled a value inside the main loop). Lean (knob
-// MSA_SPARSE_DECODE_LEAN=1, an experiment): one stage less so that more CTAs fit (NVFP4: 4 CTAs per SM at <= 128
-// registers; BF16: 3 instead of 2; E4M3 unchanged).
+// so its registers are budgeted for 2 (at 3 ptxas spilled a value inside the main loop). One stage less so that
+// more CTAs fit (NVFP4 4 per SM at <= 128 registers, BF16 3) was measured and removed: NVFP4 slower, FP8 and BF16
+// the same (bench/NOTES.md v2.2 and session 28).
 // Wide (NVFP4 and E4M3; chosen by launch_lazy_split, knob MSA_SPARSE_DECODE_WARPS): 6 warps per CTA and
 // 2 CTAs per SM (the same 12 warps per SM and register budget as 3 CTAs of 4), so that a grid of fewer CTAs than
 // three per SM (B8 at 64/4: 256 CTAs of one split, 2 per SM) still runs 12 warps per SM, each with a third fewer
 // chunks.
-template <KvKind kKv, bool kLean, int kWarps = Cfg::kWarps>
+template <KvKind kKv, int kWarps = Cfg::kWarps>
 struct Shape {
-  static_assert(kWarps == Cfg::kWarps || (kWarps == 6 && !kLean && kKv != KvKind::kBF16), "the wide variant");
-  static constexpr int kStages = kKv == KvKind::kBF16 ? (kLean ? 2 : 3) : (kLean && kKv == KvKind::kNvfp4 ? 3 : 4);
-  static constexpr int kMinBlocks = kWarps == 6                     ? 2
-                                   : kLean && kKv == KvKind::kNvfp4 ? 4
-                                   : kKv == KvKind::kBF16 && !kLean ? 2
-                                                                    : 3;
+  static_assert(kWarps == Cfg::kWarps || (kWarps == 6 && kKv != KvKind::kBF16), "the wide variant");
+  static constexpr int kStages = kKv == KvKind::kBF16 ? 3 : 4;
+  static constexpr int kMinBlocks = kWarps == 6 || kKv == KvKind::kBF16 ? 2 : 3;
 };
 
 template <KvKind kKv, int kStages, int kWarps = Cfg::kWarps, bool kQTile = false>
