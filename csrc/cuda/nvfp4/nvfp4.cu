@@ -66,26 +66,6 @@ LaunchStatus quantize_parts(int64_t num_groups, cudaStream_t stream, const T* x,
 #undef MSA_Q
 }
 
-// The pipelined variant: a resident grid (SMs x blocks that fit), sized once per device and kernel.
-template <int kU>
-LaunchStatus quantize_bf16_pipelined(int64_t num_groups, cudaStream_t stream, const __nv_bfloat16* x,
-                                     GroupIndex index, uint32_t* packed, uint8_t* scales) {
-  auto kernel = nvfp4_quantize_bf16_pipelined_kernel<kU>;
-  const LaunchStatus ready = msa::cuda::prepare_kernel(reinterpret_cast<const void*>(kernel));
-  if (!ready.is_ok()) return ready;
-  int resident = 0;
-  const LaunchStatus sized =
-      msa::cuda::resident_blocks(reinterpret_cast<const void*>(kernel), Nvfp4Config::kThreads, 0, resident);
-  if (!sized.is_ok()) return sized;
-  const int64_t per_block = int64_t(Nvfp4Config::kThreads) * kU;
-  const int64_t needed = (num_groups + per_block - 1) / per_block;
-  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(needed, resident)));
-  kernel<<<grid, Nvfp4Config::kThreads, 0, stream>>>(x, index, num_groups, packed, scales);
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return {LaunchStatus::Kind::kCudaError, err};
-  return LaunchStatus::ok();
-}
-
 // The bulk-copy kernel over a resident grid (dense bf16 input, 16-byte aligned; sm_90+).
 LaunchStatus quantize_bf16_bulk(int64_t num_groups, cudaStream_t stream, const __nv_bfloat16* x, uint32_t* packed,
                                 uint8_t* scales) {
@@ -110,19 +90,11 @@ LaunchStatus quantize_unrolled(int64_t num_groups, cudaStream_t stream, const T*
   static const int parts = env_choice("MSA_NVFP4_QUANTIZE_PARTS", {1, 2}, 1);
   // bf16 input with G = 1 (the KV-cache case) may round in packed fp16; MSA_NVFP4_QUANTIZE_HALF2=0 turns it off.
   static const bool half_encode = env_choice("MSA_NVFP4_QUANTIZE_HALF2", {0, 1}, 1) == 1;
-  // MSA_NVFP4_QUANTIZE_PIPELINE=U in {1, 2, 4}: the persistent software-pipelined kernel with U groups per
-  // thread in flight (bf16, G = 1, aligned rows); 0: off.
-  static const int pipelined = env_choice("MSA_NVFP4_QUANTIZE_PIPELINE", {0, 1, 2, 4}, 0);
   // The bulk-copy kernel for dense bf16 rows with G = 1 (the KV-cache case; sm_90+): the fastest on the H200
-  // (bench/NOTES.md, 2026-12-02); MSA_NVFP4_QUANTIZE_BULK=0 turns it off.
+  // (bench/NOTES.md, 2026-12-02; it replaced a persistent software-pipelined kernel, 79 % of copy against its 83 %
+  // then and 97-99 % since); MSA_NVFP4_QUANTIZE_BULK=0 turns it off.
   static const bool bulk = env_choice("MSA_NVFP4_QUANTIZE_BULK", {0, 1}, 1) == 1;
   if constexpr (std::is_same_v<T, __nv_bfloat16> && !kApplyG && kVec) {
-    switch (pipelined) {  // a benchmark knob: when set, it wins
-      case 1: return quantize_bf16_pipelined<1>(num_groups, stream, x, index, packed, scales);
-      case 2: return quantize_bf16_pipelined<2>(num_groups, stream, x, index, packed, scales);
-      case 4: return quantize_bf16_pipelined<4>(num_groups, stream, x, index, packed, scales);
-      default: break;
-    }
     if (bulk && index.row_stride == index.groups_per_row * index.group_width &&
         reinterpret_cast<uintptr_t>(x) % 16 == 0) {
       return quantize_bf16_bulk(num_groups, stream, x, packed, scales);

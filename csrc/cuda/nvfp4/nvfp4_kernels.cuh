@@ -273,50 +273,6 @@ __device__ __forceinline__ void quantize_bf16_group(const uint32_t (&raw)[8], co
 #endif
 }
 
-// Persistent, software-pipelined variant for the KV-cache case (bf16 input, G = 1; benchmark knob
-// MSA_NVFP4_QUANTIZE_PIPELINE=U): a grid of resident blocks, each thread loading its next kU groups while it
-// encodes the current ones, so a warp always has loads in flight.
-template <int kU>
-__global__ void __launch_bounds__(Nvfp4Config::kThreads)
-    nvfp4_quantize_bf16_pipelined_kernel(const __nv_bfloat16* __restrict__ x, GroupIndex x_index, int64_t num_groups,
-                                         uint32_t* __restrict__ packed, uint8_t* __restrict__ scales) {
-  __shared__ float2 scale_and_reciprocal[128];
-  if (threadIdx.x < 128) scale_and_reciprocal[threadIdx.x] = bf16_group_table_entry(threadIdx.x);
-  __syncthreads();
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x * kU;
-  auto load = [&](int64_t first, uint4 (&buf)[kU][2]) {
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int64_t g = first + u * blockDim.x + threadIdx.x;
-      if (g < num_groups) {
-        const uint4* src = reinterpret_cast<const uint4*>(x + x_index.offset(g));
-        buf[u][0] = __ldcs(src);
-        buf[u][1] = __ldcs(src + 1);
-      }
-    }
-  };
-  uint4 cur[kU][2], next[kU][2];
-  int64_t first = int64_t(blockIdx.x) * blockDim.x * kU;
-  load(first, cur);
-  for (; first < num_groups; first += stride) {
-    if (first + stride < num_groups) load(first + stride, next);  // in flight while `cur` is encoded
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int64_t g = first + u * blockDim.x + threadIdx.x;
-      if (g >= num_groups) continue;
-      const uint32_t raw[8] = {cur[u][0].x, cur[u][0].y, cur[u][0].z, cur[u][0].w,
-                               cur[u][1].x, cur[u][1].y, cur[u][1].z, cur[u][1].w};
-      uint32_t words[2];
-      uint8_t scale_bits;
-      quantize_bf16_group(raw, scale_and_reciprocal, words, scale_bits);
-      __stcs(reinterpret_cast<uint2*>(packed) + g, make_uint2(words[0], words[1]));
-      scales[g] = scale_bits;
-    }
-#pragma unroll
-    for (int u = 0; u < kU; ++u) cur[u][0] = next[u][0], cur[u][1] = next[u][1];
-  }
-}
-
 // Bulk-copy variant for dense bf16 input (G = 1; the default there, MSA_NVFP4_QUANTIZE_BULK=0 turns it off): a grid of resident
 // blocks; thread 0 streams the input through a ring of kStages shared-memory stages with 1-D bulk async copies
 // (cp.async.bulk, completion on an mbarrier), so each block keeps kStages x 8 KB of large requests in flight
