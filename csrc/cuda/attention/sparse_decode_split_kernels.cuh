@@ -819,16 +819,11 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     const uint32_t q_tile = msa::cuda::smem_u32(smem + L::kQTileOff);
     float m4[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l4[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // fp8s_softmax
     uint32_t pa[4] = {0u, 0u, 0u, 0u};  // P as m16n8k16 A fragments (finite: <= 2^8)
-    // O += P V of the warp's chunk `chunk` (zero V when not valid). Its only call passes valid = true; the lambda
-    // stays as the measured code was written: inlined by hand, ptxas reorders the loop (same length, other order:
-    // scripts/sass_same.py), and that order has never run.
-    auto pv = [&](int chunk, bool valid) {
+    auto pv = [&](int chunk) {  // O += P V of the warp's chunk `chunk`
       uint32_t vb[16][2];
       value_fragments<kKv>(ring + (chunk % kStages) * F::kStageBytes, tables, vb);
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        msa::cuda::mma_m16n8k16<false>(o[j], pa, valid ? vb[j][0] : 0u, valid ? vb[j][1] : 0u);
-      }
+      for (int j = 0; j < 16; ++j) msa::cuda::mma_m16n8k16<false>(o[j], pa, vb[j][0], vb[j][1]);
     };
     // Each chunk in turn: S, wait, softmax, P V.
     for (int i = 0; i < steps; ++i) {
@@ -846,7 +841,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
       msa::cuda::wgmma_fence_operands(sacc);
       if (!has) continue;
       fp8s_softmax(sacc, chunk_ref(slots, warp + kWarps * i), a.sm_scale_log2, g8, m4, l4, o, pa);
-      pv(i, true);
+      pv(i);
     }
     // Statistics into the O layout (rows g8, g8 + 8): sums over the 8 lanes of a quad, then from lane g8 / 2.
 #pragma unroll
